@@ -1,0 +1,76 @@
+# Build, test and demo entry points. See docs/development.md.
+#
+#   make demo    example project on embedded SQLite: migrate, narrated demo
+#   make test    whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite on Django 5.2 LTS
+#
+# Extra pytest arguments: make test PYTEST_ARGS="-x -k lease"
+
+# Newest working Python >= 3.12 (evaluated only when a venv is built); override with
+# `make venv BASE_PYTHON=/path/to/python3`.
+BASE_PYTHON ?= $(shell scripts/find-python)
+# The Django 5.2 LTS venv uses the plain python3 on PATH (3.11 on the CI machines).
+LTS_PYTHON ?= python3
+
+VENV := .venv
+VENV_DJ52 := .venv-dj52
+PY := $(VENV)/bin/python
+PY_DJ52 := $(VENV_DJ52)/bin/python
+
+PYTEST_ARGS ?=
+export PYTEST_ARGS
+
+.PHONY: venv venv-dj52 test lint format demo bench clean services
+
+venv: $(VENV)/.installed
+
+venv-dj52: $(VENV_DJ52)/.installed
+
+# Runs once per make invocation (also under -j): installs mysqlclient build headers if
+# missing and starts PostgreSQL and MariaDB if they are down. Fails loudly otherwise.
+services:
+	scripts/ensure-services
+
+# Reinstalled only when pyproject.toml changes (or after `make clean`).
+$(VENV)/.installed: pyproject.toml | services
+	@test -n "$(BASE_PYTHON)" || { echo "no usable Python found (scripts/find-python)" >&2; exit 1; }
+	test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		$(PY) -m pip install -q --disable-pip-version-check 'Django>=5.2,<6'; \
+	fi
+	$(PY) -c 'import django, sys; print("$(VENV): Python", sys.version.split()[0], "Django", django.get_version())'
+	touch $@
+
+$(VENV_DJ52)/.installed: pyproject.toml | services
+	test -x $(PY_DJ52) || $(LTS_PYTHON) -m venv $(VENV_DJ52)
+	$(PY_DJ52) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY_DJ52) -m pip install -q --disable-pip-version-check -e '.[test]' 'Django>=5.2,<5.3'
+	$(PY_DJ52) -c 'import django, sys; print("$(VENV_DJ52): Python", sys.version.split()[0], "Django", django.get_version())'
+	touch $@
+
+test: $(VENV)/.installed $(VENV_DJ52)/.installed | services
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) example_project/manage.py makemigrations --check --dry-run durable_jobs
+	scripts/run-tests $(PY) sqlite postgresql mariadb
+	scripts/run-tests $(PY_DJ52) sqlite
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+demo: $(VENV)/.installed
+	scripts/demo
+
+bench: $(VENV)/.installed
+	@if [ -d benchmarks ]; then $(PY) -m benchmarks; else echo "no benchmarks yet"; fi
+
+clean:
+	rm -rf $(VENV) $(VENV_DJ52) .pytest_cache .ruff_cache .hypothesis test-output build dist *.egg-info
+	rm -f example_project/db.sqlite3 example_project/db.sqlite3-wal example_project/db.sqlite3-shm
+	find . -name __pycache__ -type d -not -path './.git/*' -prune -exec rm -rf {} +

@@ -1,0 +1,83 @@
+"""System checks: misconfiguration is reported before anything runs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from . import conf
+from .dbvendor import has_immediate_transactions
+
+
+@register(Tags.database, Tags.compatibility)
+def check_settings(app_configs=None, **kwargs) -> list:
+    """Report a ``DURABLE_JOBS`` setting that is not a dict, has unknown keys or bad values."""
+    raw = getattr(settings, "DURABLE_JOBS", {})
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                "settings.DURABLE_JOBS must be a dict.",
+                hint="Set DURABLE_JOBS = {} or remove it to use the defaults.",
+                id="durable_jobs.E001",
+            )
+        ]
+    errors = []
+    unknown = sorted(set(raw) - set(conf.DEFAULTS))
+    if unknown:
+        errors.append(
+            Error(
+                f"Unknown DURABLE_JOBS keys: {', '.join(unknown)}.",
+                hint=f"Known keys: {', '.join(sorted(conf.DEFAULTS))}.",
+                id="durable_jobs.E002",
+            )
+        )
+    cap = raw.get("MAX_PAYLOAD_BYTES", conf.DEFAULTS["MAX_PAYLOAD_BYTES"])
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        errors.append(
+            Error(
+                "DURABLE_JOBS['MAX_PAYLOAD_BYTES'] must be a positive integer.",
+                id="durable_jobs.E003",
+            )
+        )
+    scope = raw.get("DEFAULT_SCOPE", conf.DEFAULTS["DEFAULT_SCOPE"])
+    if not isinstance(scope, str) or not scope.strip():
+        errors.append(
+            Error(
+                "DURABLE_JOBS['DEFAULT_SCOPE'] must be a non-empty string.", id="durable_jobs.E004"
+            )
+        )
+    lease = raw.get("LEASE_SECONDS", conf.DEFAULTS["LEASE_SECONDS"])
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
+        errors.append(
+            Error(
+                "DURABLE_JOBS['LEASE_SECONDS'] must be a positive number.", id="durable_jobs.E005"
+            )
+        )
+    return errors
+
+
+@register(Tags.database, Tags.compatibility)
+def check_database(app_configs=None, **kwargs) -> list:
+    """Report an unknown database alias, and SQLite that does not lock writers at BEGIN."""
+    raw = getattr(settings, "DURABLE_JOBS", {})
+    alias = raw.get("DATABASE", "default") if isinstance(raw, dict) else "default"
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"DURABLE_JOBS['DATABASE'] names {alias!r}, which is not in settings.DATABASES.",
+                hint="Use one of: " + ", ".join(sorted(settings.DATABASES)) + ".",
+                id="durable_jobs.E006",
+            )
+        ]
+    warnings = []
+    for name, db in settings.DATABASES.items():
+        if db.get("ENGINE", "").endswith("sqlite3") and not has_immediate_transactions(db):
+            warnings.append(
+                Warning(
+                    f"SQLite database {name!r} does not use IMMEDIATE transactions, so two "
+                    f"writers can both read a job before either locks it.",
+                    hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to DATABASES[{name!r}].',
+                    id="durable_jobs.W001",
+                )
+            )
+    return warnings

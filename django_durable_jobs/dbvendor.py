@@ -1,0 +1,201 @@
+"""Per-database differences, confined to one place.
+
+* bounded transactions: lock waits capped at an execution's remaining budget (PostgreSQL
+  ``lock_timeout``, MariaDB/MySQL ``innodb_lock_wait_timeout`` and MariaDB ``max_statement_time``,
+  SQLite busy timeout), re-checked before COMMIT and restored afterwards;
+* ``SKIP LOCKED`` where the database has it;
+* recognising a lock-wait timeout among database errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, connections, transaction
+from django.db.models import QuerySet
+
+from .errors import DeadlineExceeded, ExecutionStopped, LockPolicyConflict, TransactionOwned
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from .execution import Execution
+
+MYSQL_LOCK_ERRORS = frozenset(
+    {1205, 1969, 3024}
+)  # lock wait timeout, statement time (MariaDB, MySQL)
+POSTGRES_LOCK_STATES = frozenset({"55P03", "57014"})  # lock_not_available, query_canceled
+
+
+def check_execution(execution: Execution) -> None:
+    """Refuse (before any SQL) an execution that is closed, cancelled or out of time."""
+    try:
+        execution.assert_active()
+    except ExecutionStopped as exc:
+        if exc.code == ExecutionStopped.DEADLINE:
+            raise DeadlineExceeded(
+                "The execution's time budget ran out; nothing was written. Retry with a new "
+                "execution and a larger budget."
+            ) from exc
+        raise
+
+
+def refuse_caller_transaction(using: str) -> None:
+    if connections[using].in_atomic_block:
+        raise TransactionOwned(
+            "This store call opens and commits its own transaction; call it outside "
+            "transaction.atomic(). Your transaction was left untouched."
+        )
+
+
+def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool:
+    """Return True when ``exc`` says a lock wait (or the statement budget) ran out."""
+    if connection.vendor == "postgresql":
+        cause = exc.__cause__ or exc
+        return getattr(cause, "sqlstate", None) in POSTGRES_LOCK_STATES
+    if connection.vendor == "mysql":
+        return bool(exc.args) and exc.args[0] in MYSQL_LOCK_ERRORS
+    if connection.vendor == "sqlite":
+        return "locked" in str(exc) or "busy" in str(exc)
+    return False
+
+
+class _LockPolicy:
+    """Install, verify and restore a lock-wait cap for one bounded transaction."""
+
+    def __init__(self, connection: BaseDatabaseWrapper, seconds: float) -> None:
+        self.connection = connection
+        self.seconds = max(seconds, 0.001)
+        self.installed: tuple | None = None
+        self.previous: tuple | None = None
+
+    # SQLite waits for its write lock at BEGIN, so its cap goes in before the transaction.
+    def before_begin(self) -> None:
+        if self.connection.vendor == "sqlite":
+            self.connection.ensure_connection()
+            with self.connection.cursor() as cursor:
+                self.previous = (cursor.execute("PRAGMA busy_timeout").fetchone()[0],)
+                millis = max(1, int(self.seconds * 1000))
+                cursor.execute(f"PRAGMA busy_timeout = {millis}")
+                self.installed = (millis,)
+
+    def inside(self) -> None:
+        vendor = self.connection.vendor
+        with self.connection.cursor() as cursor:
+            if vendor == "postgresql":
+                millis = max(1, int(self.seconds * 1000))
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{millis}ms"])
+                self.installed = (cursor.fetchone()[0],)
+            elif vendor == "mysql":
+                self.previous = self._read_mysql(cursor)
+                wait = max(1, math.ceil(self.seconds))
+                if self._mariadb:
+                    cursor.execute(
+                        "SET SESSION innodb_lock_wait_timeout = %s, max_statement_time = %s",
+                        [wait, round(self.seconds, 3)],
+                    )
+                else:
+                    cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [wait])
+                self.installed = self._read_mysql(cursor)
+
+    def verify(self) -> None:
+        vendor = self.connection.vendor
+        with self.connection.cursor() as cursor:
+            if vendor == "postgresql":
+                cursor.execute("SELECT current_setting('lock_timeout')")
+                current = (cursor.fetchone()[0],)
+            elif vendor == "mysql":
+                current = self._read_mysql(cursor)
+            elif vendor == "sqlite":
+                current = (cursor.execute("PRAGMA busy_timeout").fetchone()[0],)
+            else:
+                return
+        if current != self.installed:
+            raise LockPolicyConflict(
+                f"The lock-wait setting installed for this bounded transaction was changed during "
+                f"it (installed {self.installed}, found {current}); nothing was committed. Do not "
+                f"change lock timeouts inside store callbacks."
+            )
+
+    def restore(self) -> None:
+        if self.previous is None or not self.connection.is_usable():
+            return
+        with self.connection.cursor() as cursor:
+            if self.connection.vendor == "sqlite":
+                cursor.execute(f"PRAGMA busy_timeout = {int(self.previous[0])}")
+            elif self._mariadb:
+                cursor.execute(
+                    "SET SESSION innodb_lock_wait_timeout = %s, max_statement_time = %s",
+                    list(self.previous),
+                )
+            else:
+                cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [self.previous[0]])
+
+    @property
+    def _mariadb(self) -> bool:
+        return self.connection.vendor == "mysql" and self.connection.mysql_is_mariadb
+
+    def _read_mysql(self, cursor) -> tuple:
+        if self._mariadb:
+            cursor.execute(
+                "SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.max_statement_time"
+            )
+            wait, statement = cursor.fetchone()
+            return (int(wait), float(statement))
+        cursor.execute("SELECT @@SESSION.innodb_lock_wait_timeout")
+        return (int(cursor.fetchone()[0]),)
+
+
+@contextmanager
+def bounded_atomic(using: str, execution: Execution | None = None) -> Iterator[None]:
+    """Run the block in a transaction of its own, bounded by ``execution`` when given.
+
+    Refuses inside the caller's atomic block (``TransactionOwned``) and, for an execution whose
+    budget is spent, before any SQL (``DeadlineExceeded``). Lock waits are capped at the remaining
+    budget; the budget and cancellation are checked again before COMMIT; the previous lock setting
+    is restored whatever happens.
+    """
+    refuse_caller_transaction(using)
+    if execution is None:
+        with transaction.atomic(using=using):
+            yield
+        return
+    check_execution(execution)
+    connection = connections[using]
+    policy = _LockPolicy(connection, execution.remaining())
+    try:
+        policy.before_begin()
+        with transaction.atomic(using=using):
+            policy.inside()
+            yield
+            policy.verify()
+            check_execution(execution)
+    except DatabaseError as exc:
+        if is_lock_timeout(connection, exc):
+            raise DeadlineExceeded(
+                "Waiting for a lock used up the execution's time budget; nothing was written. "
+                "Retry later or with a larger budget."
+            ) from exc
+        raise
+    finally:
+        try:
+            policy.restore()
+        except DatabaseError:  # the connection is gone; a new one starts with the defaults
+            pass
+
+
+def lock_for_update(queryset: QuerySet, *, skip_locked: bool = False) -> QuerySet:
+    """Return ``queryset`` locking its rows (skipping rows others hold where supported)."""
+    features = connections[queryset.db].features
+    if skip_locked and features.has_select_for_update_skip_locked:
+        return queryset.select_for_update(skip_locked=True)
+    return queryset.select_for_update()
+
+
+def has_immediate_transactions(settings_dict: dict) -> bool:
+    """Return True when an SQLite alias takes its write lock at BEGIN."""
+    mode = (settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+    return isinstance(mode, str) and mode.upper() in {"IMMEDIATE", "EXCLUSIVE"}

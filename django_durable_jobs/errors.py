@@ -1,0 +1,99 @@
+"""The refusals of django_durable_jobs.
+
+Every refusal is a :class:`JobError` with a stable machine-readable ``code`` and a message that says
+what to do instead. Callers branch on the subclass or on ``code``; messages are for people.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CapacityReached",
+    "DeadlineExceeded",
+    "ExecutionStopped",
+    "IdempotencyConflict",
+    "InputInvalid",
+    "JobCancelled",
+    "JobError",
+    "LeaseLost",
+    "LockPolicyConflict",
+    "NotReclaimable",
+    "ScopeMismatch",
+    "TransactionOwned",
+]
+
+
+class JobError(Exception):
+    """Base class of every refusal; ``code`` is stable across releases."""
+
+    code: str = "E_JOB"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class InputInvalid(JobError):
+    code = "E_JOB_INPUT_INVALID"
+
+
+class CapacityReached(JobError):
+    code = "E_JOB_CAPACITY_REACHED"
+
+
+class ScopeMismatch(JobError):
+    code = "E_JOB_SCOPE_MISMATCH"
+
+
+class IdempotencyConflict(JobError):
+    code = "E_JOB_IDEMPOTENCY_CONFLICT"
+
+
+class LeaseLost(JobError):
+    code = "E_JOB_LEASE_LOST"
+
+
+class NotReclaimable(JobError):
+    code = "E_JOB_NOT_RECLAIMABLE"
+
+
+class TransactionOwned(JobError):
+    code = "E_JOB_TRANSACTION_OWNED"
+
+
+class DeadlineExceeded(JobError):
+    code = "E_JOB_DEADLINE_EXCEEDED"
+
+
+class LockPolicyConflict(JobError):
+    code = "E_JOB_LOCK_POLICY_CONFLICT"
+
+
+class JobCancelled(JobError):
+    """Raised by an executor (or ``ctx.raise_if_cancelled()``) to acknowledge a cancellation."""
+
+    code = "E_JOB_CANCELLED"
+
+    def __init__(self, message: str = "The job was cancelled on request.", **kwargs) -> None:
+        super().__init__(message, **kwargs)
+
+
+class ExecutionStopped(JobError):
+    """Raised by ``Execution.assert_active()`` / ``consume()`` once an execution may not go on."""
+
+    CANCELLED = "E_OPERATION_CANCELLED"
+    DEADLINE = "E_OPERATION_DEADLINE"
+    CLOSED = "E_OPERATION_CLOSED"
+    RESOURCE_LIMIT = "E_OPERATION_RESOURCE_LIMIT"
+    CODES = frozenset({CANCELLED, DEADLINE, CLOSED, RESOURCE_LIMIT})
+
+    code = CLOSED
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in self.CODES:
+            raise ValueError(f"unknown ExecutionStopped code {code!r}")
+        super().__init__(message, code=code)

@@ -1,0 +1,221 @@
+"""The job table and its append-only attempt history.
+
+Models hold fields, constraints and the ownership assessment; every write goes through
+:mod:`django_durable_jobs.store`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime
+
+from django.db import models
+from django.utils import timezone
+
+from .querysets import JobQuerySet
+from .validation import KEY_MAX, NAME_MAX
+
+TERMINAL_OWNERSHIP = "terminal"
+UNCLAIMED = "unclaimed"
+LEGACY_UNKNOWN = "legacy-unknown"
+EXPIRED = "expired"
+CURRENT = "current"
+OWNERSHIP_STATES = (TERMINAL_OWNERSHIP, UNCLAIMED, LEGACY_UNKNOWN, EXPIRED, CURRENT)
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    COMPLETE = "complete", "complete"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+    ORPHANED = "orphaned", "orphaned"
+
+
+TERMINAL_STATUSES = frozenset(
+    {JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED}
+)
+
+
+class AttemptOutcomeChoice(models.TextChoices):
+    COMPLETE = "complete", "complete"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+    INTERRUPTED = "interrupted", "interrupted"
+
+
+def proposal_sha256(text: str) -> str:
+    """Return the lowercase hex SHA-256 of the UTF-8 bytes of ``text``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def is_json(text: str | None) -> bool:
+    if text is None:
+        return False
+    try:
+        json.loads(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def proposal_defect(job: Job) -> str | None:
+    """Return why a row's proposal cannot be trusted, or None when it is intact."""
+    if job.proposal is None:
+        return "the proposal is missing"
+    if not is_json(job.proposal):
+        return "the proposal is not valid JSON"
+    if job.proposal_hash != proposal_sha256(job.proposal):
+        return "the proposal does not match its stored SHA-256"
+    return None
+
+
+def is_authentic_pending(job: Job) -> bool:
+    """Return True for a pending row this app wrote and nobody has touched since."""
+    return (
+        job.status == JobStatus.PENDING
+        and not job.owner_id
+        and job.lease_expires_at is None
+        and job.fencing_epoch == 0
+        and job.attempts == 0
+        and proposal_defect(job) is None
+    )
+
+
+def assess_ownership(job: Job, now: datetime) -> str:
+    """Return the ownership assessment of §2, evaluated in order."""
+    if job.status in TERMINAL_STATUSES:
+        return TERMINAL_OWNERSHIP
+    if is_authentic_pending(job):
+        return UNCLAIMED
+    if not job.owner_id or job.lease_expires_at is None or job.status != JobStatus.RUNNING:
+        return LEGACY_UNKNOWN
+    if job.lease_expires_at <= now:
+        return EXPIRED
+    return CURRENT
+
+
+def diagnose(job: Job) -> str | None:
+    """Return a defect found while reading the row, without hiding the row."""
+    if job.status == JobStatus.PENDING:
+        defect = proposal_defect(job)
+        if defect:
+            return f"Defective pending row: {defect}; it will not be claimed."
+    if job.result is not None and not is_json(job.result):
+        return "The stored result is not valid JSON."
+    return None
+
+
+class Job(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    operation = models.CharField(max_length=NAME_MAX)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING)
+    scope = models.CharField(max_length=NAME_MAX, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=KEY_MAX)
+    proposal = models.TextField(null=True)
+    proposal_hash = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    owner_id = models.CharField(max_length=64, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_epoch = models.BigIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    cancellation_requested_at = models.DateTimeField(null=True, blank=True)
+    retry_requested_at = models.DateTimeField(null=True, blank=True)
+    checkpoint = models.TextField(null=True, blank=True)
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
+    progress = models.FloatField(default=0.0)
+    result = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    queue = models.CharField(max_length=NAME_MAX, default="default")
+    priority = models.SmallIntegerField(default=0)
+    run_after = models.DateTimeField()
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "operation", "idempotency_key"],
+                name="durable_jobs_unique_submission",
+            ),
+        ]
+        indexes = [
+            # Status leads every scan index, so the pending and running ranges stay as small as
+            # the live work however many terminal rows pile up (on all three databases).
+            models.Index(
+                fields=["status", "-priority", "run_after", "created_at"],
+                name="durable_jobs_claim_idx",
+            ),
+            models.Index(fields=["status", "lease_expires_at"], name="durable_jobs_lease_idx"),
+            models.Index(fields=["retry_requested_at"], name="durable_jobs_retry_idx"),
+            models.Index(
+                fields=["scope", "operation", "created_at", "id"], name="durable_jobs_page_idx"
+            ),
+            models.Index(fields=["created_at", "id"], name="durable_jobs_created_idx"),
+        ]
+        permissions = [
+            ("cancel_job", "Can request cancellation of a job"),
+            ("retry_job", "Can request a retry of a job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.id} ({self.status})"
+
+    @property
+    def ownership(self) -> str:
+        """Return the ownership assessment; the store sets it with its own clock when reading."""
+        cached = self.__dict__.get("_ownership")
+        return cached if cached is not None else assess_ownership(self, timezone.now())
+
+    @ownership.setter
+    def ownership(self, value: str) -> None:
+        self.__dict__["_ownership"] = value
+
+    @property
+    def diagnostic_error(self) -> str | None:
+        return diagnose(self)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class CapacityGate(models.Model):
+    """One row per operation with a ``max_running`` limit, locked while capacity is checked.
+
+    Counting running rows cannot stop a concurrent insert (a phantom); locking this row first makes
+    the count and the insert or claim one atomic step on every database.
+    """
+
+    operation = models.CharField(max_length=NAME_MAX, primary_key=True)
+
+    def __str__(self) -> str:
+        return self.operation
+
+
+class JobAttempt(models.Model):
+    """One row per ended attempt; written in the transaction that ends it, never changed."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="attempt_history")
+    epoch = models.BigIntegerField()
+    owner_id = models.CharField(max_length=64, null=True, blank=True)
+    claimed_by = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=AttemptOutcomeChoice.choices)
+    error = models.TextField(null=True, blank=True)
+    snapshot = models.JSONField()
+
+    class Meta:
+        ordering = ["job", "epoch", "id"]
+        indexes = [models.Index(fields=["job", "epoch"], name="durable_jobs_attempt_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.epoch} of {self.job_id}: {self.outcome}"

@@ -1,0 +1,43 @@
+"""Read-only vocabulary for the job table: each claimable or expired set named once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+
+
+class JobQuerySet(models.QuerySet):
+    def in_scope(self, scope: str | None) -> JobQuerySet:
+        """Return the rows a client of ``scope`` may see (all rows for an unscoped client)."""
+        return self if scope is None else self.filter(scope=scope)
+
+    def pending_due(self, now: datetime) -> JobQuerySet:
+        """Return pending, never-claimed rows whose ``run_after`` has come."""
+        return self.filter(
+            status="pending",
+            owner_id__isnull=True,
+            lease_expires_at__isnull=True,
+            fencing_epoch=0,
+            attempts=0,
+            run_after__lte=now,
+        )
+
+    def lease_expired(self, now: datetime) -> JobQuerySet:
+        """Return running rows owned by someone whose lease has run out."""
+        return self.filter(
+            status="running",
+            owner_id__isnull=False,
+            lease_expires_at__isnull=False,
+            lease_expires_at__lte=now,
+        )
+
+    def lease_live(self, now: datetime) -> JobQuerySet:
+        return self.filter(status="running", owner_id__isnull=False, lease_expires_at__gt=now)
+
+    def retry_requested(self) -> JobQuerySet:
+        """Return failed or cancelled rows somebody asked to run again."""
+        return self.filter(retry_requested_at__isnull=False, status__in=["failed", "cancelled"])
+
+    def in_claim_order(self) -> JobQuerySet:
+        return self.order_by("-priority", "run_after", "created_at", "id")

@@ -1,0 +1,74 @@
+"""The operation registry: ``@operation(...)`` and lookups by name."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import validation
+from .errors import InputInvalid
+
+ON_EXPIRED_CHOICES = ("resume", "hold")
+
+
+@dataclass(frozen=True)
+class OperationSpec:
+    name: str
+    func: Callable[..., Any]
+    on_expired: str = "hold"
+    max_running: int | None = None
+    timeout: float | None = None
+    retry: Any = None
+
+
+_registry: dict[str, OperationSpec] = {}
+_lock = threading.Lock()
+
+
+def operation(
+    name: str,
+    *,
+    on_expired: str = "hold",
+    max_running: int | None = None,
+    timeout: float | None = None,
+    retry: Any = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the executor of operation ``name``."""
+    validation.operation(name)
+    if on_expired not in ON_EXPIRED_CHOICES:
+        raise InputInvalid(f"on_expired must be one of {ON_EXPIRED_CHOICES}; got {on_expired!r}.")
+    if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
+        raise InputInvalid(f"max_running must be a positive integer or None; got {max_running!r}.")
+
+    def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        spec = OperationSpec(name, func, on_expired, max_running, timeout, retry)
+        with _lock:
+            existing = _registry.get(name)
+            if existing is not None and existing.func is not func:
+                qualname = getattr(existing.func, "__qualname__", existing.func)
+                raise InputInvalid(f"Operation {name!r} is already registered by {qualname}.")
+            _registry[name] = spec
+        return func
+
+    return register
+
+
+def get(name: str) -> OperationSpec | None:
+    return _registry.get(name)
+
+
+def all_operations() -> dict[str, OperationSpec]:
+    return dict(_registry)
+
+
+def resumable_operations() -> frozenset[str]:
+    """Return the operations whose expired leases workers may reclaim on their own."""
+    return frozenset(n for n, spec in _registry.items() if spec.on_expired == "resume")
+
+
+def unregister(name: str) -> None:
+    """Remove an operation (for tests)."""
+    with _lock:
+        _registry.pop(name, None)

@@ -1,0 +1,123 @@
+"""Input checks shared by the store: each refusal is an ``InputInvalid`` that says what to do."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+from . import conf
+from .errors import InputInvalid
+
+NAME_MAX = 200
+KEY_MAX = 255
+OPERATION_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+BIGINT_MAX = 2**63 - 1
+ATTEMPTS_MAX = 2**31 - 1
+
+
+def job_id(value: Any) -> uuid.UUID:
+    """Return ``value`` as a UUID, or refuse it."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InputInvalid(f"{value!r} is not a job id; job ids are UUIDs.")
+
+
+def operation(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > NAME_MAX:
+        raise InputInvalid(f"Operation names are 1-{NAME_MAX} characters; got {value!r}.")
+    if not OPERATION_RE.match(value):
+        raise InputInvalid(
+            f"Operation {value!r} may contain only letters, digits, '_', '.', ':' and '-'."
+        )
+    return value
+
+
+def name(value: Any, what: str, max_length: int = NAME_MAX) -> str:
+    """Return a scope, actor, queue or key that is non-empty, short and free of control bytes."""
+    if not isinstance(value, str) or not value.strip() or len(value) > max_length:
+        raise InputInvalid(f"A {what} is 1-{max_length} characters of text; got {value!r}.")
+    if CONTROL_RE.search(value):
+        raise InputInvalid(f"A {what} may not contain control characters; got {value!r}.")
+    return value
+
+
+def idempotency_key(value: Any) -> str:
+    return name(value, "idempotency key", KEY_MAX)
+
+
+def utf8_size(text: str | None) -> int:
+    return 0 if text is None else len(text.encode("utf-8", "surrogatepass"))
+
+
+def payload_cap() -> int:
+    return int(conf.get("MAX_PAYLOAD_BYTES"))
+
+
+def json_text(value: Any, what: str) -> str:
+    """Return ``value`` when it is a string holding valid JSON within the payload cap."""
+    if inspect.iscoroutine(value):
+        value.close()  # never awaited: close it so Python does not warn
+        raise InputInvalid(
+            f"The {what} is a coroutine, not JSON text; await it (or use a sync function) first."
+        )
+    if not isinstance(value, str):
+        raise InputInvalid(f"The {what} must be JSON text (a str); got {type(value).__name__}.")
+    try:
+        json.loads(value, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise InputInvalid(f"The {what} is not valid JSON: {exc}.") from exc
+    check_size(value, what)
+    return value
+
+
+def _refuse_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def check_size(text: str, what: str) -> None:
+    cap = payload_cap()
+    size = utf8_size(text)
+    if size > cap:
+        raise InputInvalid(
+            f"The {what} is {size} UTF-8 bytes, over the {cap}-byte cap "
+            f"(DURABLE_JOBS['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
+        )
+
+
+def percent(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputInvalid(f"Progress is a number from 0 to 100; got {value!r}.")
+    if not math.isfinite(value):
+        raise InputInvalid(f"Progress must be finite; got {value!r}.")
+    return float(min(100.0, max(0.0, value)))
+
+
+def aware(value: Any, what: str) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InputInvalid(f"{what} must be an aware datetime; got {value!r}.")
+    return value
+
+
+def bump(value: int, maximum: int, what: str) -> int:
+    if value >= maximum:
+        raise InputInvalid(
+            f"The job's {what} counter is at its maximum ({maximum}); submit a new job instead."
+        )
+    return value + 1
+
+
+def priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
+        raise InputInvalid(f"Priority is a whole number from -100 to 100; got {value!r}.")
+    return value

@@ -1,0 +1,94 @@
+"""Frozen value types the store takes and returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+__all__ = [
+    "AttemptOutcome",
+    "CandidatePage",
+    "Finalization",
+    "Lease",
+    "PageQuery",
+    "Submission",
+    "canonical_json",
+]
+
+
+def canonical_json(value: Any) -> str:
+    """Serialise ``value`` to canonical JSON: sorted keys, no spaces, no NaN."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of a claim: only this owner at this epoch may write, until ``expires_at``."""
+
+    job_id: UUID
+    owner_id: str
+    epoch: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The immutable input of a job: its scope, idempotency key and exact proposal text."""
+
+    scope: str | None
+    idempotency_key: str | None
+    proposal: str
+
+    @classmethod
+    def of(cls, scope: str | None, key: str | None, obj: Any) -> Submission:
+        """Return a submission whose proposal is ``obj`` serialised to canonical JSON."""
+        from .errors import InputInvalid
+
+        try:
+            text = canonical_json(obj)
+        except (TypeError, ValueError) as exc:
+            raise InputInvalid(f"The payload cannot be stored as JSON: {exc}.") from exc
+        return cls(scope=scope, idempotency_key=key, proposal=text)
+
+
+@dataclass(frozen=True)
+class PageQuery:
+    operation: str
+    status: str | None = None
+    limit: int = 25
+    max_payload_bytes: int = 262144
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class CandidatePage:
+    candidates: list = field(default_factory=list)
+    scanned_count: int = 0
+    has_more: bool = False
+    next_cursor: str | None = None
+    matching_total: int | None = None
+    observation: str = "per-page-snapshot"
+    principal_validation: str = "domain-required"
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """How an attempt ended, for ``finalize_atomically``: ``failed`` or ``cancelled``."""
+
+    status: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Finalization:
+    state: str
+    result_json: str | None = None
+    reason: str | None = None
+    cleanup_error: str | None = None
+    elapsed: float = 0.0
+    deadline_exceeded: bool = False

@@ -1,0 +1,83 @@
+"""Shared test helpers: a movable clock, store factories, and proof that nothing changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from django_durable_jobs.execution import Execution, Identity, bind_write_fence
+from django_durable_jobs.models import CapacityGate, Job, JobAttempt
+from django_durable_jobs.store import DurableJobStore, Submission
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeClock:
+    """A clock tests move by hand; every store built by ``make_store`` shares one."""
+
+    now: datetime = T0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self) -> datetime:
+        with self.lock:
+            return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        with self.lock:
+            self.now = self.now + timedelta(seconds=seconds)
+            return self.now
+
+
+def db_state() -> str:
+    """Return a canonical dump of every job, attempt and gate row: equal dumps, equal database."""
+    jobs = [
+        {f.attname: getattr(j, f.attname) for f in Job._meta.concrete_fields}
+        for j in Job.objects.order_by("id")
+    ]
+    attempts = list(JobAttempt.objects.order_by("id").values())
+    gates = list(CapacityGate.objects.order_by("operation").values())
+    return json.dumps([jobs, attempts, gates], cls=DjangoJSONEncoder, sort_keys=True)
+
+
+def submission(payload: Any = None, key: str | None = None, scope: str | None = None) -> Submission:
+    return Submission.of(scope, key, {"n": 1} if payload is None else payload)
+
+
+def execution_for(
+    store: DurableJobStore,
+    job: Job,
+    lease=None,
+    *,
+    budget: float = 5.0,
+    actor: str | None = None,
+) -> Execution:
+    """Return an execution acting for ``job``, fenced by ``lease`` when given."""
+    identity = Identity(job.scope, actor or store.actor, job.operation, job.idempotency_key)
+    execution = Execution.start(identity, budget=budget)
+    if lease is not None:
+        execution = bind_write_fence(execution, lease, job.proposal_hash, using=store.using)
+    return execution
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``code`` in a new Python process with Django set up on the test database."""
+    prelude = "import django; django.setup()\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env={**os.environ, **env},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,3 @@
+"""URLconf for the test suite; API tests override ROOT_URLCONF or add routes here."""
+
+urlpatterns: list = []

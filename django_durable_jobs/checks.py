@@ -1,4 +1,7 @@
-"""System checks: misconfiguration is reported before anything runs."""
+"""System checks: misconfiguration is reported before anything runs.
+
+Not tagged "database": they read settings only, so a plain ``manage.py check`` runs them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from . import conf
 from .dbvendor import has_immediate_transactions
 
 
-@register(Tags.database, Tags.compatibility)
+@register(Tags.compatibility)
 def check_settings(app_configs=None, **kwargs) -> list:
     """Report a ``DURABLE_JOBS`` setting that is not a dict, has unknown keys or bad values."""
     raw = getattr(settings, "DURABLE_JOBS", {})
@@ -56,7 +59,7 @@ def check_settings(app_configs=None, **kwargs) -> list:
     return errors
 
 
-@register(Tags.database, Tags.compatibility)
+@register(Tags.compatibility)
 def check_database(app_configs=None, **kwargs) -> list:
     """Report an unknown database alias, and SQLite that does not lock writers at BEGIN."""
     raw = getattr(settings, "DURABLE_JOBS", {})

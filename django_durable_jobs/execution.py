@@ -9,6 +9,7 @@ is spent and cap lock waits at what remains.
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,8 @@ from .errors import ExecutionStopped, InputInvalid
 
 if TYPE_CHECKING:
     from .store import Lease
+
+HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 __all__ = ["Execution", "Identity", "WriteFence", "bind_write_fence"]
 
@@ -160,7 +163,7 @@ def bind_write_fence(
     """
     if not isinstance(execution, Execution):
         raise InputInvalid("bind_write_fence() needs an Execution.")
-    if not isinstance(proposal_hash, str) or len(proposal_hash) != 64:
+    if not isinstance(proposal_hash, str) or not HEX_SHA256.fullmatch(proposal_hash):
         raise InputInvalid("proposal_hash must be the 64-character hex SHA-256 of the proposal.")
     if getattr(lease, "job_id", None) is None or getattr(lease, "epoch", None) is None:
         raise InputInvalid("bind_write_fence() needs the Lease returned by a claim.")

@@ -7,7 +7,6 @@ Models hold fields, constraints and the ownership assessment; every write goes t
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from datetime import datetime
 
@@ -15,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from .querysets import JobQuerySet
-from .validation import KEY_MAX, NAME_MAX
+from .validation import KEY_MAX, NAME_MAX, loads_strict
 
 TERMINAL_OWNERSHIP = "terminal"
 UNCLAIMED = "unclaimed"
@@ -55,7 +54,7 @@ def is_json(text: str | None) -> bool:
     if text is None:
         return False
     try:
-        json.loads(text)
+        loads_strict(text)
     except (TypeError, ValueError):
         return False
     return True
@@ -150,7 +149,7 @@ class Job(models.Model):
             # Status leads every scan index, so the pending and running ranges stay as small as
             # the live work however many terminal rows pile up (on all three databases).
             models.Index(
-                fields=["status", "-priority", "run_after", "created_at"],
+                fields=["status", "-priority", "run_after", "created_at", "id"],
                 name="durable_jobs_claim_idx",
             ),
             models.Index(fields=["status", "lease_expires_at"], name="durable_jobs_lease_idx"),

@@ -13,11 +13,14 @@ class JobQuerySet(models.QuerySet):
         return self if scope is None else self.filter(scope=scope)
 
     def pending_due(self, now: datetime) -> JobQuerySet:
-        """Return pending, never-claimed rows whose ``run_after`` has come."""
+        """Return pending, never-claimed rows whose ``run_after`` has come.
+
+        The lease column is left to the caller's authenticity check: filtering on it here lets
+        planners pick the lease index over the claim index, which already has the claim order.
+        """
         return self.filter(
             status="pending",
             owner_id__isnull=True,
-            lease_expires_at__isnull=True,
             fencing_epoch=0,
             attempts=0,
             run_after__lte=now,

@@ -250,8 +250,22 @@ class DurableJobStore:
             now = self._now()
             changes = {k: (v(now) if callable(v) else v) for k, v in changes.items()}
             if self._fenced(lease, now).update(**changes) != 1:
-                raise _lease_lost(lease, "the lease expired or the job was claimed again")
+                raise self._loss(lease, now)
             return self._annotate(Job.objects.using(self.using).get(pk=lease.job_id), now)
+
+    def _loss(self, lease: Lease, now: datetime) -> LeaseLost:
+        """Return the LeaseLost for a fenced write that matched nothing, saying what changed."""
+        row = self._jobs().filter(pk=lease.job_id).first()
+        if row is None:
+            why = "there is no such job in this store's scope"
+        elif row.fencing_epoch != lease.epoch or row.owner_id != lease.owner_id:
+            who = f" by {row.claimed_by}" if row.claimed_by else ""
+            why = f"the job was claimed again{who} (now epoch {row.fencing_epoch})"
+        elif row.status != JobStatus.RUNNING:
+            why = f"the job is already {row.status}"
+        else:
+            why = f"the lease expired at {row.lease_expires_at.isoformat()}"
+        return _lease_lost(lease, why)
 
     def _locked_row(self, job_id: Any) -> Job | None:
         pk = validation.job_id(job_id)
@@ -358,7 +372,7 @@ class DurableJobStore:
             now = self._now()
             row = lock_for_update(self._fenced(lease, now)).first()
             if row is None:
-                raise _lease_lost(lease, "the lease expired or the job was claimed again")
+                raise self._loss(lease, now)
             if guard is not None:
                 guard(row)
             self._end(row, now, status, **changes)

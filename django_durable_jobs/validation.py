@@ -74,7 +74,7 @@ def json_text(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise InputInvalid(f"The {what} must be JSON text (a str); got {type(value).__name__}.")
     try:
-        json.loads(value, parse_constant=_refuse_constant)
+        loads_strict(value)
     except ValueError as exc:
         raise InputInvalid(f"The {what} is not valid JSON: {exc}.") from exc
     check_size(value, what)
@@ -83,6 +83,11 @@ def json_text(value: Any, what: str) -> str:
 
 def _refuse_constant(token: str) -> Any:
     raise ValueError(f"{token} is not JSON")
+
+
+def loads_strict(text: str) -> Any:
+    """Parse JSON as RFC 8259 has it: NaN and Infinity are refused (ValueError)."""
+    return json.loads(text, parse_constant=_refuse_constant)
 
 
 def check_size(text: str, what: str) -> None:

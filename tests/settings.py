@@ -19,6 +19,9 @@ os.makedirs(TEST_OUTPUT_DIR, exist_ok=True)
 
 TEST_DB = os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite"
 DB_NAME_OVERRIDE = os.environ.get("DURABLE_JOBS_DB_NAME") or None
+# Lets several pytest runs share one machine without sharing test databases.
+_SUFFIX = "".join(c for c in os.environ.get("DURABLE_JOBS_TEST_DB_SUFFIX", "") if c.isalnum())
+TEST_DB_NAME = f"test_durable_jobs{'_' + _SUFFIX if _SUFFIX else ''}"
 
 if TEST_DB == "sqlite":
     _default_db = {
@@ -32,7 +35,7 @@ if TEST_DB == "sqlite":
         },
         "TEST": {
             # A file, not :memory:, so that separate OS processes open the same test database.
-            "NAME": str(TEST_OUTPUT_DIR / "test_durable_jobs.sqlite3"),
+            "NAME": str(TEST_OUTPUT_DIR / f"{TEST_DB_NAME}.sqlite3"),
         },
     }
 elif TEST_DB == "postgresql":
@@ -43,7 +46,7 @@ elif TEST_DB == "postgresql":
         "PASSWORD": "",
         "HOST": "127.0.0.1",
         "PORT": "5432",
-        "TEST": {"NAME": "test_durable_jobs"},
+        "TEST": {"NAME": TEST_DB_NAME},
     }
 elif TEST_DB == "mariadb":
     _default_db = {
@@ -55,7 +58,7 @@ elif TEST_DB == "mariadb":
         "PORT": "3306",
         "OPTIONS": {"charset": "utf8mb4"},
         "TEST": {
-            "NAME": "test_durable_jobs",
+            "NAME": TEST_DB_NAME,
             "CHARSET": "utf8mb4",
             "COLLATION": "utf8mb4_unicode_ci",
         },

@@ -44,7 +44,10 @@ def check_execution(execution: Execution) -> None:
 
 
 def refuse_caller_transaction(using: str) -> None:
-    if connections[using].in_atomic_block:
+    connection = connections[using]
+    # Autocommit turned off by hand is a caller-owned transaction too: a nested atomic() would
+    # only make a savepoint, and the caller could still roll the "committed" write back.
+    if connection.in_atomic_block or not connection.get_autocommit():
         raise TransactionOwned(
             "This store call opens and commits its own transaction; call it outside "
             "transaction.atomic(). Your transaction was left untouched."

@@ -12,7 +12,9 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .errors import ExecutionStopped, InputInvalid
@@ -42,6 +44,7 @@ class WriteFence:
     lease: Lease
     proposal_hash: str
     using: str = "default"
+    clock: Callable[[], datetime] | None = None
 
 
 @dataclass
@@ -155,11 +158,18 @@ class Execution:
 
 
 def bind_write_fence(
-    execution: Execution, lease: Lease, proposal_hash: str, *, using: str = "default"
+    execution: Execution,
+    lease: Lease,
+    proposal_hash: str,
+    *,
+    using: str = "default",
+    clock: Callable[[], datetime] | None = None,
 ) -> Execution:
     """Return the execution bound to ``lease``: its domain writes must pass the write fence.
 
     The returned execution shares the budget, cancellation and counters of ``execution``.
+    ``clock`` is the clock of the store that issued the lease (default ``timezone.now``);
+    ``assert_write_fence`` compares the lease expiry against it.
     """
     if not isinstance(execution, Execution):
         raise InputInvalid("bind_write_fence() needs an Execution.")
@@ -167,5 +177,5 @@ def bind_write_fence(
         raise InputInvalid("proposal_hash must be the 64-character hex SHA-256 of the proposal.")
     if getattr(lease, "job_id", None) is None or getattr(lease, "epoch", None) is None:
         raise InputInvalid("bind_write_fence() needs the Lease returned by a claim.")
-    fence = WriteFence(lease=lease, proposal_hash=proposal_hash.lower(), using=using)
+    fence = WriteFence(lease=lease, proposal_hash=proposal_hash.lower(), using=using, clock=clock)
     return replace(execution, write_fence=fence)

@@ -159,7 +159,8 @@ def assert_write_fence(execution: Execution, *, using: str = "default") -> None:
             "the domain write it guards."
         )
     check_execution(execution)
-    _verify_fence(fence, execution.identity, using, timezone.now(), allow_cancel_request=False)
+    now = (fence.clock or timezone.now)()
+    _verify_fence(fence, execution.identity, using, now, allow_cancel_request=False)
 
 
 class DurableJobStore:

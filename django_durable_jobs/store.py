@@ -654,7 +654,9 @@ class DurableJobStore:
             resume = frozenset(_names(resume_expired, validation.operation))
         with bounded_atomic(self.using):
             now = self._now()
-            base = self._jobs()
+            base = self._jobs().filter(
+                fencing_epoch__lt=validation.BIGINT_MAX, attempts__lt=validation.ATTEMPTS_MAX
+            )
             if ops is not None:
                 base = base.filter(operation__in=ops)
             if queue_names is not None:
@@ -663,18 +665,31 @@ class DurableJobStore:
             sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
             if resume:
                 sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
+            return self._claim_from(sets, now, limit, max_running)
+
+    def _claim_from(self, sets: list, now: datetime, limit: int, max_running: int | None) -> list:
+        """Claim up to ``limit`` rows from the candidate ``sets``, best first.
+
+        Rows that cannot be taken (a defective proposal, an operation at capacity) are passed
+        over and the window widens, so they never starve the work behind them.
+        """
+        leases: list[Lease] = []
+        seen: set = set()
+        full: set[str] = set()
+        slots: dict[str, int | None] = {}
+        window = limit
+        while True:
             found: dict[Any, Job] = {}
             for rows in sets:
-                for row in lock_for_update(rows.in_claim_order(), skip_locked=True)[:limit]:
+                rows = rows.exclude(pk__in=seen).exclude(operation__in=full).in_claim_order()
+                for row in lock_for_update(rows, skip_locked=True)[:window]:
                     found[row.pk] = row
-            leases: list[Lease] = []
-            slots: dict[str, int | None] = {}
+            exhausted = len(found) < window
+            seen.update(found)
             for row in sorted(found.values(), key=_claim_order):
                 if len(leases) == limit:
-                    break
-                if row.status == JobStatus.PENDING and not is_authentic_pending(row):
-                    continue
-                if row.status != JobStatus.PENDING and proposal_defect(row):
+                    return leases
+                if row.operation in full or not _takeable(row):
                     continue
                 if row.operation not in slots:
                     cap = self._capacity(row.operation, max_running)
@@ -682,13 +697,17 @@ class DurableJobStore:
                         None if cap is None else self._free_slots(row.operation, cap)
                     )
                 free = slots[row.operation]
+                adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
                 if free is not None:
-                    if free <= 0:
+                    if free - adds_running < 0:
+                        full.add(row.operation)
                         continue
-                    slots[row.operation] = free - 1
+                    slots[row.operation] = free - adds_running
                 retrying = row.retry_requested_at is not None
                 leases.append(self._take(row, now, new_attempt=retrying))
-            return leases
+            if exhausted or len(leases) == limit or window >= CLAIM_BATCH_MAX:
+                return leases
+            window = min(window * 4, CLAIM_BATCH_MAX)
 
     # -- owner writes ----------------------------------------------------------------------------
 
@@ -707,7 +726,9 @@ class DurableJobStore:
 
     def progress(self, lease: Lease, percent: float) -> None:
         """Record progress, clamped to 0-100."""
-        self._fenced_update(lease, progress=validation.percent(percent))
+        self._fenced_update(
+            lease, progress=validation.percent(percent), heartbeat_at=lambda now: now
+        )
 
     def cancel(self, lease: Lease) -> None:
         """Acknowledge a recorded cancellation request: running → cancelled."""
@@ -919,6 +940,13 @@ def _names(values: Iterable[str] | None, check: Callable[[Any], str]) -> list[st
     if isinstance(values, str):
         values = [values]
     return [check(v) for v in values]
+
+
+def _takeable(row: Job) -> bool:
+    """Return True unless the row is defective (only authentic pending rows start)."""
+    if row.status == JobStatus.PENDING:
+        return is_authentic_pending(row)
+    return proposal_defect(row) is None
 
 
 def _claim_order(row: Job) -> tuple:

@@ -1,0 +1,46 @@
+"""DurableJobStore: the only code that writes job and attempt rows.
+
+Every mutation opens and commits its own transaction. Every write that only the lease holder may make
+changes the row only where id, owner, epoch, ``status = running`` and an unexpired lease all match in
+SQL, and raises ``LeaseLost`` when nothing matched. Each attempt leaves its ``JobAttempt`` row in the
+transaction that ends it.
+
+The class is assembled from one module per concern (submissions, reads, claims, outcomes) over a
+shared base; all of them live in this package, so fencing is audited by reading this folder.
+"""
+
+from ..execution import Execution, Identity, bind_write_fence
+from ..values import (
+    AttemptOutcome,
+    CandidatePage,
+    Finalization,
+    Lease,
+    PageQuery,
+    Submission,
+)
+from .claims import ClaimMixin
+from .fence import assert_write_fence
+from .outcomes import OutcomeMixin
+from .reads import ReadMixin
+from .submissions import SubmissionMixin
+
+__all__ = [
+    "AttemptOutcome",
+    "CandidatePage",
+    "DurableJobStore",
+    "Execution",
+    "Finalization",
+    "Identity",
+    "Lease",
+    "PageQuery",
+    "Submission",
+    "assert_write_fence",
+    "bind_write_fence",
+]
+
+
+class DurableJobStore(SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin):
+    """A client of the job table: one owner id, one scope, one clock.
+
+    ``DurableJobStore(*, scope=None, actor=None, lease=30.0, using="default", clock=None)``
+    """

@@ -1,0 +1,260 @@
+"""The store client's state and the helpers every store method shares."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
+from django.utils import timezone
+
+from .. import conf, registry, validation
+from ..dbvendor import bounded_atomic, lock_for_update
+from ..errors import (
+    CapacityReached,
+    InputInvalid,
+    LeaseLost,
+    NotReclaimable,
+    ScopeMismatch,
+)
+from ..execution import Execution
+from ..models import (
+    CapacityGate,
+    Job,
+    JobAttempt,
+    JobStatus,
+    assess_ownership,
+)
+from ..values import (
+    Lease,
+)
+from .fence import _lease_lost
+
+INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
+
+
+def _snapshot(job: Job) -> dict[str, Any]:
+    """Return a JSON-safe image of every column of ``job``."""
+    row = {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
+    return json.loads(json.dumps(row, cls=DjangoJSONEncoder))
+
+
+class StoreBase:
+    """State and shared helpers of a store client: one owner id, one scope, one clock."""
+
+    def __init__(
+        self,
+        *,
+        scope: str | None = None,
+        actor: str | None = None,
+        lease: float = 30.0,
+        using: str = "default",
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.scope = None if scope is None else validation.name(scope, "scope")
+        self.actor = None if actor is None else validation.name(actor, "actor")
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)):
+            raise InputInvalid(f"lease is a number of seconds; got {lease!r}.")
+        if not math.isfinite(lease) or lease <= 0:
+            raise InputInvalid(f"lease must be a positive number of seconds; got {lease!r}.")
+        if using not in connections.databases:
+            raise InputInvalid(f"No database alias {using!r} in settings.DATABASES.")
+        self.lease = float(lease)
+        self.using = using
+        self.clock = clock or timezone.now
+        self.owner_id = str(uuid.uuid4())
+
+    def __repr__(self) -> str:
+        return f"<DurableJobStore scope={self.scope!r} actor={self.actor!r} owner={self.owner_id}>"
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _now(self) -> datetime:
+        return validation.aware(self.clock(), "The store clock's value")
+
+    def _jobs(self):
+        return Job.objects.using(self.using).in_scope(self.scope)
+
+    def _annotate(self, job: Job | None, now: datetime | None = None) -> Job | None:
+        if job is not None:
+            job.ownership = assess_ownership(job, now or self._now())
+        return job
+
+    def _resolve_scope(self, scope: str | None) -> str:
+        resolved = scope if scope is not None else self.scope or conf.get("DEFAULT_SCOPE")
+        validation.name(resolved, "scope")
+        if self.scope is not None and resolved != self.scope:
+            raise ScopeMismatch(
+                f"This store is scoped to {self.scope!r} and cannot act for scope {resolved!r}; "
+                f"use a store of that scope."
+            )
+        return resolved
+
+    def _check_identity(self, execution: Execution) -> None:
+        if not isinstance(execution, Execution):
+            raise InputInvalid("This call needs an Execution (Execution.start(identity, ...)).")
+        if self.scope is not None and execution.identity.scope != self.scope:
+            raise ScopeMismatch(
+                f"The execution acts for scope {execution.identity.scope!r} but this store is "
+                f"scoped to {self.scope!r}."
+            )
+
+    def _check_lease(self, lease: Lease) -> None:
+        if not isinstance(lease, Lease):
+            raise InputInvalid(
+                f"Expected the Lease returned by a claim; got {type(lease).__name__}."
+            )
+        if lease.owner_id != self.owner_id:
+            raise _lease_lost(lease, "the lease was issued to another store client")
+
+    def _fenced(self, lease: Lease, now: datetime):
+        return (
+            Job.objects.using(self.using)
+            .in_scope(self.scope)
+            .filter(
+                pk=lease.job_id,
+                owner_id=lease.owner_id,
+                fencing_epoch=lease.epoch,
+                status=JobStatus.RUNNING,
+                lease_expires_at__gt=now,
+            )
+        )
+
+    def _fenced_update(self, lease: Lease, **changes: Any) -> Job:
+        """Apply ``changes`` under the lease's fence and return the updated row."""
+        self._check_lease(lease)
+        with bounded_atomic(self.using):
+            now = self._now()
+            changes = {k: (v(now) if callable(v) else v) for k, v in changes.items()}
+            if self._fenced(lease, now).update(**changes) != 1:
+                raise self._loss(lease, now)
+            return self._annotate(Job.objects.using(self.using).get(pk=lease.job_id), now)
+
+    def _loss(self, lease: Lease, now: datetime) -> LeaseLost:
+        """Return the LeaseLost for a fenced write that matched nothing, saying what changed."""
+        row = self._jobs().filter(pk=lease.job_id).first()
+        if row is None:
+            why = "there is no such job in this store's scope"
+        elif row.fencing_epoch != lease.epoch or row.owner_id != lease.owner_id:
+            who = f" by {row.claimed_by}" if row.claimed_by else ""
+            why = f"the job was claimed again{who} (now epoch {row.fencing_epoch})"
+        elif row.status != JobStatus.RUNNING:
+            why = f"the job is already {row.status}"
+        else:
+            why = f"the lease expired at {row.lease_expires_at.isoformat()}"
+        return _lease_lost(lease, why)
+
+    def _locked_row(self, job_id: Any) -> Job | None:
+        pk = validation.job_id(job_id)
+        return lock_for_update(self._jobs().filter(pk=pk)).first()
+
+    def _capacity(self, operation: str, max_running: int | None) -> int | None:
+        if max_running is None:
+            spec = registry.get(operation)
+            max_running = spec.max_running if spec else None
+        if max_running is None:
+            return None
+        if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 0:
+            raise InputInvalid(f"max_running is a non-negative integer; got {max_running!r}.")
+        return max_running
+
+    def _free_slots(self, operation: str, cap: int, exclude: Any = None) -> int:
+        """Lock the operation's gate and return how many more may run (atomic with the claim)."""
+        CapacityGate.objects.using(self.using).get_or_create(operation=operation)
+        CapacityGate.objects.using(self.using).select_for_update().get(operation=operation)
+        running = Job.objects.using(self.using).filter(
+            operation=operation, status=JobStatus.RUNNING
+        )
+        if exclude is not None:
+            running = running.exclude(pk=exclude)
+        return cap - running.count()
+
+    def _require_capacity(self, operation: str, cap: int | None, exclude: Any = None) -> None:
+        if cap is not None and self._free_slots(operation, cap, exclude) <= 0:
+            raise CapacityReached(
+                f"Operation {operation!r} already has {cap} running job(s) (max_running={cap}); "
+                f"try again when one finishes."
+            )
+
+    def _record_attempt(self, job: Job, now: datetime, outcome: str, error: str | None) -> None:
+        JobAttempt.objects.using(self.using).create(
+            job_id=job.pk,
+            epoch=job.fencing_epoch,
+            owner_id=job.owner_id,
+            claimed_by=job.claimed_by or "",
+            started_at=job.claimed_at,
+            ended_at=now,
+            outcome=outcome,
+            error=error,
+            snapshot=_snapshot(job),
+        )
+
+    def _take(self, row: Job, now: datetime, *, new_attempt: bool) -> Lease:
+        """Make this client the owner of ``row`` at the next epoch (a locked row)."""
+        epoch = validation.bump(row.fencing_epoch, validation.BIGINT_MAX, "fencing epoch")
+        attempts = validation.bump(row.attempts, validation.ATTEMPTS_MAX, "attempts")
+        if row.status == JobStatus.RUNNING:  # an expired attempt, superseded: uncertain outcome
+            self._record_attempt(row, now, "interrupted", INTERRUPTED_ERROR)
+        expires = now + timedelta(seconds=self.lease)
+        changes: dict[str, Any] = {
+            "status": JobStatus.RUNNING,
+            "owner_id": self.owner_id,
+            "fencing_epoch": epoch,
+            "attempts": attempts,
+            "lease_expires_at": expires,
+            "heartbeat_at": now,
+            "claimed_at": now,
+            "claimed_by": self.actor or "",
+        }
+        if new_attempt:
+            changes.update(
+                result=None,
+                error=None,
+                completed_at=None,
+                cancellation_requested_at=None,
+                retry_requested_at=None,
+                progress=0.0,
+            )
+        matched = (
+            Job.objects.using(self.using)
+            .filter(pk=row.pk, fencing_epoch=row.fencing_epoch, status=row.status)
+            .update(**changes)
+        )
+        if matched != 1:
+            raise NotReclaimable(f"Job {row.pk} changed while it was being claimed; try again.")
+        return Lease(job_id=row.pk, owner_id=self.owner_id, epoch=epoch, expires_at=expires)
+
+    def _end(self, row: Job, now: datetime, status: str, **changes: Any) -> None:
+        """Move the locked, fenced ``row`` to a terminal status and record its attempt."""
+        changes.update(status=status, completed_at=now)
+        for name, value in changes.items():
+            setattr(row, name, value)
+        matched = (
+            Job.objects.using(self.using)
+            .filter(
+                pk=row.pk,
+                owner_id=row.owner_id,
+                fencing_epoch=row.fencing_epoch,
+                status=JobStatus.RUNNING,
+            )
+            .update(**changes)
+        )
+        if matched != 1:
+            raise LeaseLost(f"Job {row.pk} changed under its lock; nothing was written.")
+        self._record_attempt(row, now, status, changes.get("error"))
+
+    def _end_fenced(self, lease: Lease, status: str, guard=None, **changes: Any) -> None:
+        self._check_lease(lease)
+        with bounded_atomic(self.using):
+            now = self._now()
+            row = lock_for_update(self._fenced(lease, now)).first()
+            if row is None:
+                raise self._loss(lease, now)
+            if guard is not None:
+                guard(row)
+            self._end(row, now, status, **changes)

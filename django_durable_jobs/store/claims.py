@@ -1,0 +1,170 @@
+"""Claiming work: by id, or the next claimable jobs in claim order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from .. import registry, validation
+from ..dbvendor import bounded_atomic, lock_for_update
+from ..errors import (
+    InputInvalid,
+    NotReclaimable,
+)
+from ..execution import Execution
+from ..models import (
+    CURRENT,
+    EXPIRED,
+    LEGACY_UNKNOWN,
+    UNCLAIMED,
+    Job,
+    JobStatus,
+    assess_ownership,
+    is_authentic_pending,
+    proposal_defect,
+)
+from ..values import (
+    Lease,
+)
+from .base import StoreBase
+
+CLAIM_BATCH_MAX = 1000
+
+
+class ClaimMixin(StoreBase):
+    # -- claims ----------------------------------------------------------------------------------
+
+    def claim(
+        self, job_id: Any, *, max_running: int | None = None, execution: Execution | None = None
+    ) -> Lease:
+        """Claim an unclaimed pending job, or take over a running job whose lease expired."""
+        with bounded_atomic(self.using, execution):
+            now = self._now()
+            row = self._locked_row(job_id)
+            if row is None:
+                raise NotReclaimable(f"There is no job {job_id} in this store's scope.")
+            state = assess_ownership(row, now)
+            if state not in (UNCLAIMED, EXPIRED):
+                raise NotReclaimable(_why_not_claimable(row, state))
+            self._require_capacity(
+                row.operation, self._capacity(row.operation, max_running), row.pk
+            )
+            return self._take(row, now, new_attempt=False)
+
+    def claim_next(
+        self,
+        *,
+        operations: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        limit: int = 1,
+        max_running: int | None = None,
+        resume_expired: Iterable[str] | None = None,
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable jobs, best first, skipping rows others are claiming.
+
+        Claimable: unclaimed pending work that is due; expired leases of the ``resume_expired``
+        operations (default: those registered with ``on_expired="resume"``); failed, cancelled or
+        expired jobs with a retry request. Order: priority desc, run_after, created_at.
+        """
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= CLAIM_BATCH_MAX
+        ):
+            raise InputInvalid(
+                f"limit is a whole number from 1 to {CLAIM_BATCH_MAX}; got {limit!r}."
+            )
+        ops = _names(operations, validation.operation)
+        queue_names = _names(queues, lambda q: validation.name(q, "queue"))
+        if resume_expired is None:
+            resume = registry.resumable_operations()
+        else:
+            resume = frozenset(_names(resume_expired, validation.operation))
+        with bounded_atomic(self.using):
+            now = self._now()
+            base = self._jobs().filter(
+                fencing_epoch__lt=validation.BIGINT_MAX, attempts__lt=validation.ATTEMPTS_MAX
+            )
+            if ops is not None:
+                base = base.filter(operation__in=ops)
+            if queue_names is not None:
+                base = base.filter(queue__in=queue_names)
+            sets = [base.pending_due(now), base.retry_requested()]
+            sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
+            if resume:
+                sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
+            return self._claim_from(sets, now, limit, max_running)
+
+    def _claim_from(self, sets: list, now: datetime, limit: int, max_running: int | None) -> list:
+        """Claim up to ``limit`` rows from the candidate ``sets``, best first.
+
+        Rows that cannot be taken (a defective proposal, an operation at capacity) are passed
+        over and the window widens, so they never starve the work behind them.
+        """
+        leases: list[Lease] = []
+        seen: set = set()
+        full: set[str] = set()
+        slots: dict[str, int | None] = {}
+        window = limit
+        while True:
+            found: dict[Any, Job] = {}
+            for rows in sets:
+                rows = rows.exclude(pk__in=seen).exclude(operation__in=full).in_claim_order()
+                for row in lock_for_update(rows, skip_locked=True)[:window]:
+                    found[row.pk] = row
+            exhausted = len(found) < window
+            seen.update(found)
+            for row in sorted(found.values(), key=_claim_order):
+                if len(leases) == limit:
+                    return leases
+                if row.operation in full or not _takeable(row):
+                    continue
+                if row.operation not in slots:
+                    cap = self._capacity(row.operation, max_running)
+                    slots[row.operation] = (
+                        None if cap is None else self._free_slots(row.operation, cap)
+                    )
+                free = slots[row.operation]
+                adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
+                if free is not None:
+                    if free - adds_running < 0:
+                        full.add(row.operation)
+                        continue
+                    slots[row.operation] = free - adds_running
+                retrying = row.retry_requested_at is not None
+                leases.append(self._take(row, now, new_attempt=retrying))
+            if exhausted or len(leases) == limit or window >= CLAIM_BATCH_MAX:
+                return leases
+            window = min(window * 4, CLAIM_BATCH_MAX)
+
+
+def _takeable(row: Job) -> bool:
+    """Return True unless the row is defective (only authentic pending rows start)."""
+    if row.status == JobStatus.PENDING:
+        return is_authentic_pending(row)
+    return proposal_defect(row) is None
+
+
+def _claim_order(row: Job) -> tuple:
+    return (-row.priority, row.run_after, row.created_at, str(row.pk))
+
+
+def _why_not_claimable(row: Job, state: str) -> str:
+    reasons = {
+        CURRENT: "another owner holds a live lease; wait for it to expire",
+        LEGACY_UNKNOWN: "its ownership cannot be established (legacy or defective row); triage it",
+        "terminal": f"it is {row.status}; use retry for failed or cancelled jobs",
+    }
+    why = reasons.get(state, "it is not claimable")
+    if row.status == JobStatus.PENDING and proposal_defect(row):
+        why = f"its proposal is defective ({proposal_defect(row)})"
+    return f"Job {row.pk} cannot be claimed: {why}."
+
+
+def _names(values: Iterable[str] | None, check: Callable[[Any], str]) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    return [check(v) for v in values]

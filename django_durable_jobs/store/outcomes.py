@@ -1,0 +1,277 @@
+"""Owner writes, requests, retries and atomic outcomes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from .. import validation
+from ..dbvendor import bounded_atomic
+from ..errors import (
+    DeadlineExceeded,
+    InputInvalid,
+    JobError,
+    NotReclaimable,
+)
+from ..execution import Execution, WriteFence
+from ..models import (
+    CURRENT,
+    EXPIRED,
+    LEGACY_UNKNOWN,
+    UNCLAIMED,
+    Job,
+    JobStatus,
+    assess_ownership,
+    proposal_defect,
+)
+from ..values import (
+    AttemptOutcome,
+    Finalization,
+    Lease,
+    canonical_json,
+)
+from .base import StoreBase, _snapshot
+from .fence import _lease_lost, _verify_fence
+
+
+class OutcomeMixin(StoreBase):
+    # -- owner writes ----------------------------------------------------------------------------
+
+    def heartbeat(self, lease: Lease) -> Job:
+        """Renew the lease and return the row (so the owner sees requests made meanwhile)."""
+        return self._fenced_update(
+            lease,
+            lease_expires_at=lambda now: now + timedelta(seconds=self.lease),
+            heartbeat_at=lambda now: now,
+        )
+
+    def checkpoint(self, lease: Lease, value_json: str) -> None:
+        """Record the owner's checkpoint (exact JSON text); it survives reclaim and retry."""
+        value = validation.json_text(value_json, "checkpoint")
+        self._fenced_update(lease, checkpoint=value, checkpoint_at=lambda now: now)
+
+    def progress(self, lease: Lease, percent: float) -> None:
+        """Record progress, clamped to 0-100."""
+        self._fenced_update(
+            lease, progress=validation.percent(percent), heartbeat_at=lambda now: now
+        )
+
+    def cancel(self, lease: Lease) -> None:
+        """Acknowledge a recorded cancellation request: running → cancelled."""
+
+        def requested(row: Job) -> None:
+            if row.cancellation_requested_at is None:
+                raise InputInvalid(
+                    f"Job {row.pk} has no cancellation request to acknowledge; use fail() to end "
+                    f"it, or request_cancel() first."
+                )
+
+        self._end_fenced(lease, JobStatus.CANCELLED, guard=requested)
+
+    def complete(self, lease: Lease, result: Any = None) -> None:
+        """Record the outcome: running → complete, progress 100, ``result`` stored as JSON."""
+        self._end_fenced(lease, JobStatus.COMPLETE, result=_result_text(result), progress=100.0)
+
+    def fail(self, lease: Lease, error: Any) -> None:
+        """Record a failure: running → failed with ``error`` as the message."""
+        message = _error_text(error)
+        self._end_fenced(lease, JobStatus.FAILED, error=message)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def request_cancel(self, job_id: Any, *, execution: Execution | None = None) -> bool:
+        """Ask for cancellation: pending jobs end now, running jobs get a request for the owner."""
+        validation.job_id(job_id)
+        with bounded_atomic(self.using, execution):
+            now = self._now()
+            row = self._locked_row(job_id)
+            if row is None or row.is_terminal:
+                return False
+            changes: dict[str, Any] = {"cancellation_requested_at": now}
+            if row.cancellation_requested_at is not None:
+                changes = {}
+            if row.status == JobStatus.PENDING:
+                changes.update(status=JobStatus.CANCELLED, completed_at=now)
+            if changes:
+                Job.objects.using(self.using).filter(pk=row.pk, status=row.status).update(**changes)
+            return True
+
+    def request_retry(self, job_id: Any) -> bool:
+        """Record that a person wants a new attempt of a failed, cancelled or expired job."""
+        validation.job_id(job_id)
+        with bounded_atomic(self.using):
+            now = self._now()
+            row = self._locked_row(job_id)
+            if row is None:
+                return False
+            if assess_ownership(row, now) in (UNCLAIMED, CURRENT):
+                return False  # it has not ended: nothing to retry yet
+            refusal = _retry_refusal(row, now)
+            if refusal is not None:
+                raise NotReclaimable(refusal)
+            if row.retry_requested_at is None:
+                Job.objects.using(self.using).filter(pk=row.pk).update(retry_requested_at=now)
+            return True
+
+    def retry_atomically(
+        self,
+        job_id: Any,
+        execution: Execution,
+        retain_outcome: Callable[[str], str] | None = None,
+        *,
+        max_running: int | None = None,
+    ) -> Lease:
+        """Start a new attempt of a failed, cancelled or expired job, with the caller's bookkeeping.
+
+        ``retain_outcome(previous_row_json) -> receipt_json`` runs inside the same transaction; any
+        fault rolls back both. Clears result, error, completion time and requests; keeps the
+        checkpoint. A complete job is never reopened.
+        """
+        validation.job_id(job_id)
+        self._check_identity(execution)
+        with bounded_atomic(self.using, execution):
+            now = self._now()
+            row = self._locked_row(job_id)
+            if row is None:
+                raise NotReclaimable(f"There is no job {job_id} in this store's scope.")
+            refusal = _retry_refusal(row, now)
+            if refusal is not None:
+                raise NotReclaimable(refusal)
+            if retain_outcome is not None:
+                previous = json.dumps(_snapshot(row), sort_keys=True)
+                validation.json_text(retain_outcome(previous), "retain_outcome receipt")
+            self._require_capacity(
+                row.operation, self._capacity(row.operation, max_running), row.pk
+            )
+            return self._take(row, now, new_attempt=True)
+
+    # -- atomic outcomes -------------------------------------------------------------------------
+
+    def _fence_of(self, execution: Execution) -> WriteFence:
+        self._check_identity(execution)
+        fence = execution.write_fence
+        if fence is None:
+            raise InputInvalid("This call needs an execution bound with bind_write_fence().")
+        self._check_lease(fence.lease)
+        return fence
+
+    def complete_atomically(
+        self, execution: Execution, mutation: Callable[[Execution], str]
+    ) -> str:
+        """Run the domain write and complete the job in one fenced transaction; return the receipt.
+
+        Any fault rolls everything back and the job stays running at the same epoch.
+        """
+        fence = self._fence_of(execution)
+        identity = execution.identity
+        with bounded_atomic(self.using, execution):
+            row = _verify_fence(
+                fence, identity, self.using, self._now(), allow_cancel_request=False
+            )
+            receipt = validation.json_text(mutation(execution), "receipt")
+            now = self._now()
+            _verify_fence(fence, identity, self.using, now, allow_cancel_request=False)
+            self._end(row, now, JobStatus.COMPLETE, result=receipt, progress=100.0)
+            stored = Job.objects.using(self.using).get(pk=row.pk)
+            if (stored.status, stored.result, stored.fencing_epoch) != (
+                JobStatus.COMPLETE,
+                receipt,
+                fence.lease.epoch,
+            ):
+                raise _lease_lost(fence.lease, "the completion did not read back as written")
+        return receipt
+
+    def finalize_atomically(
+        self,
+        execution: Execution,
+        outcome: AttemptOutcome,
+        bookkeeping: Callable[[Execution], str | None],
+    ) -> Finalization:
+        """Record a failed or cancelled outcome with metadata-only bookkeeping; never raise.
+
+        Returns ``state="finalized"``, or ``state="pending-finalization"`` with the reason when
+        anything refused or failed; then nothing was written and the row stays running.
+        """
+        started = time.monotonic()
+        cleanup_error = None
+        try:
+            if not isinstance(outcome, AttemptOutcome) or outcome.status not in (
+                JobStatus.FAILED,
+                JobStatus.CANCELLED,
+            ):
+                raise InputInvalid("outcome must be AttemptOutcome('failed' or 'cancelled', ...).")
+            fence = self._fence_of(execution)
+            with bounded_atomic(self.using, execution):
+                now = self._now()
+                row = _verify_fence(
+                    fence, execution.identity, self.using, now, allow_cancel_request=True
+                )
+                try:
+                    receipt = bookkeeping(execution)
+                except Exception as exc:
+                    cleanup_error = f"{type(exc).__name__}: {exc}"
+                    raise
+                if receipt is not None:
+                    receipt = validation.json_text(receipt, "bookkeeping receipt")
+                error = _error_text(outcome.message) if outcome.message else None
+                changes: dict[str, Any] = {"error": error}
+                if receipt is not None:
+                    changes["result"] = receipt
+                self._end(row, now, outcome.status, **changes)
+        except Exception as exc:  # noqa: BLE001 - documented: never raises
+            reason = exc.code if isinstance(exc, JobError) else type(exc).__name__
+            return Finalization(
+                state="pending-finalization",
+                reason=f"{reason}: {getattr(exc, 'message', exc)}",
+                cleanup_error=cleanup_error,
+                elapsed=time.monotonic() - started,
+                deadline_exceeded=isinstance(exc, DeadlineExceeded),
+            )
+        return Finalization(
+            state="finalized", result_json=receipt, elapsed=time.monotonic() - started
+        )
+
+    def purge_older_than(self, cutoff: datetime) -> int:
+        """Return 0: age alone never authorises deleting evidence (rows and attempts are kept)."""
+        validation.aware(cutoff, "cutoff")
+        return 0
+
+
+def _retry_refusal(row: Job, now: datetime) -> str | None:
+    """Return why ``row`` cannot get a new attempt, or None when it can."""
+    state = assess_ownership(row, now)
+    if row.status == JobStatus.COMPLETE:
+        return f"Job {row.pk} is complete and is never reopened; submit a new job instead."
+    defect = proposal_defect(row)
+    if defect:
+        return f"Job {row.pk} cannot be retried: {defect}."
+    if row.status in (JobStatus.FAILED, JobStatus.CANCELLED) or state == EXPIRED:
+        return None
+    if state == LEGACY_UNKNOWN or row.status == JobStatus.ORPHANED:
+        return f"Job {row.pk} has no trustworthy ownership (legacy row); triage it by hand."
+    return f"Job {row.pk} is {row.status} and has not ended; there is nothing to retry."
+
+
+def _result_text(result: Any) -> str:
+    if hasattr(result, "__await__") or hasattr(result, "cr_code"):
+        validation.json_text(result, "result")  # refuses (and closes) a coroutine
+    try:
+        text = canonical_json(result)
+    except (TypeError, ValueError) as exc:
+        raise InputInvalid(f"The result cannot be stored as JSON: {exc}.") from exc
+    validation.check_size(text, "result")
+    return text
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}"
+    else:
+        text = str(error)
+    if not text.strip():
+        raise InputInvalid("A failure needs a message saying what went wrong.")
+    validation.check_size(text, "error message")
+    return text

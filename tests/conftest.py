@@ -85,3 +85,11 @@ def db_settings_env(django_db_setup: None) -> dict[str, str]:
         "DURABLE_JOBS_DB_NAME": str(connection.settings_dict["NAME"]),
         "PYTHONPATH": pythonpath,
     }
+
+
+@pytest.fixture
+def clock():
+    """Return a FakeClock at T0; stores built with it share one movable time."""
+    from tests.support import FakeClock
+
+    return FakeClock()

@@ -12,8 +12,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_durable_jobs.errors import JobError
 from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
@@ -48,6 +50,16 @@ def db_state() -> str:
     attempts = list(JobAttempt.objects.order_by("id").values())
     gates = list(CapacityGate.objects.order_by("operation").values())
     return json.dumps([jobs, attempts, gates], cls=DjangoJSONEncoder, sort_keys=True)
+
+
+def assert_refused(error: type[JobError], code: str, call) -> JobError:
+    """Run ``call``, require ``error`` with ``code``, and prove nothing was written."""
+    before = db_state()
+    with pytest.raises(error) as caught:
+        call()
+    assert caught.value.code == code
+    assert db_state() == before
+    return caught.value
 
 
 def submission(payload: Any = None, key: str | None = None, scope: str | None = None) -> Submission:

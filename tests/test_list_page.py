@@ -71,11 +71,6 @@ def db_order(**filters) -> list[uuid.UUID]:
 
 
 @pytest.fixture
-def clock():
-    return FakeClock()
-
-
-@pytest.fixture
 def seeded(clock):
     """Nine s1 rows of OP: ties on created_at (inserted in reverse id order) and distinct times.
 

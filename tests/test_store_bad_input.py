@@ -36,11 +36,6 @@ INVALID = "E_JOB_INPUT_INVALID"
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
     return DurableJobStore(actor="tester", lease=LEASE, clock=clock)
 

@@ -20,13 +20,12 @@ from django_durable_jobs.errors import (
     CapacityReached,
     IdempotencyConflict,
     InputInvalid,
-    JobError,
     ScopeMismatch,
     TransactionOwned,
 )
 from django_durable_jobs.models import Job, JobAttempt, proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Submission
-from tests.support import T0, FakeClock, db_state, submission
+from tests.support import T0, FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,23 +35,8 @@ LEASE = 10.0
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
     return DurableJobStore(actor="submitter", lease=LEASE, clock=clock)
-
-
-def assert_refused(error: type[JobError], code: str, call) -> JobError:
-    """Run ``call``, require ``error`` with ``code``, and prove nothing was written."""
-    before = db_state()
-    with pytest.raises(error) as caught:
-        call()
-    assert caught.value.code == code
-    assert db_state() == before
-    return caught.value
 
 
 # -- constructing a store ----------------------------------------------------------------------

@@ -18,23 +18,17 @@ import pytest
 from django_durable_jobs.errors import (
     CapacityReached,
     InputInvalid,
-    JobError,
     LeaseLost,
     NotReclaimable,
 )
 from django_durable_jobs.models import Job, JobAttempt, proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Lease
-from tests.support import T0, FakeClock, db_state, submission
+from tests.support import T0, FakeClock, assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OP = "trans.op"
 LEASE = 10.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
@@ -45,16 +39,6 @@ def store(clock: FakeClock) -> DurableJobStore:
 @pytest.fixture
 def rival(clock: FakeClock) -> DurableJobStore:
     return DurableJobStore(actor="worker-b", lease=LEASE, clock=clock)
-
-
-def assert_refused(error: type[JobError], code: str, call) -> JobError:
-    """Run ``call``, require ``error`` with ``code``, and prove nothing was written."""
-    before = db_state()
-    with pytest.raises(error) as caught:
-        call()
-    assert caught.value.code == code
-    assert db_state() == before
-    return caught.value
 
 
 def row(job_id) -> Job:

@@ -1,7 +1,7 @@
 """Settings of the example project: embedded SQLite unless DATABASE_URL says otherwise.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_demo
-    DATABASE_URL=mysql://root@127.0.0.1:3306/durable_demo
+DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_demo
+DATABASE_URL=mysql://root@127.0.0.1:3306/durable_demo
 """
 
 import os

@@ -100,7 +100,9 @@ class Command(BaseCommand):
                 f"{attempt.error or ''}"
             )
         self.say(f"   purge_older_than(now) deleted {submitter.purge_older_than(clock())} rows.")
-        self.stdout.write(self.style.SUCCESS("\nDone: the stale worker never overwrote the result."))
+        self.stdout.write(
+            self.style.SUCCESS("\nDone: the stale worker never overwrote the result.")
+        )
 
     def step(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"\n{text}"))

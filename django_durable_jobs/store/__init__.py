@@ -10,14 +10,7 @@ shared base; all of them live in this package, so fencing is audited by reading 
 """
 
 from ..execution import Execution, Identity, bind_write_fence
-from ..values import (
-    AttemptOutcome,
-    CandidatePage,
-    Finalization,
-    Lease,
-    PageQuery,
-    Submission,
-)
+from ..values import AttemptOutcome, CandidatePage, Finalization, Lease, PageQuery, Submission
 from .claims import ClaimMixin
 from .fence import assert_write_fence
 from .outcomes import OutcomeMixin

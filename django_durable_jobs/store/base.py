@@ -15,24 +15,10 @@ from django.utils import timezone
 
 from .. import conf, registry, validation
 from ..dbvendor import bounded_atomic, lock_for_update
-from ..errors import (
-    CapacityReached,
-    InputInvalid,
-    LeaseLost,
-    NotReclaimable,
-    ScopeMismatch,
-)
+from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
 from ..execution import Execution
-from ..models import (
-    CapacityGate,
-    Job,
-    JobAttempt,
-    JobStatus,
-    assess_ownership,
-)
-from ..values import (
-    Lease,
-)
+from ..models import CapacityGate, Job, JobAttempt, JobStatus, assess_ownership
+from ..values import Lease
 from .fence import _lease_lost
 
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
@@ -113,16 +99,12 @@ class StoreBase:
             raise _lease_lost(lease, "the lease was issued to another store client")
 
     def _fenced(self, lease: Lease, now: datetime):
-        return (
-            Job.objects.using(self.using)
-            .in_scope(self.scope)
-            .filter(
-                pk=lease.job_id,
-                owner_id=lease.owner_id,
-                fencing_epoch=lease.epoch,
-                status=JobStatus.RUNNING,
-                lease_expires_at__gt=now,
-            )
+        return self._jobs().filter(
+            pk=lease.job_id,
+            owner_id=lease.owner_id,
+            fencing_epoch=lease.epoch,
+            status=JobStatus.RUNNING,
+            lease_expires_at__gt=now,
         )
 
     def _fenced_update(self, lease: Lease, **changes: Any) -> Job:

@@ -8,10 +8,7 @@ from typing import Any
 
 from .. import registry, validation
 from ..dbvendor import bounded_atomic, lock_for_update
-from ..errors import (
-    InputInvalid,
-    NotReclaimable,
-)
+from ..errors import InputInvalid, NotReclaimable
 from ..execution import Execution
 from ..models import (
     CURRENT,
@@ -24,16 +21,14 @@ from ..models import (
     is_authentic_pending,
     proposal_defect,
 )
-from ..values import (
-    Lease,
-)
+from ..values import Lease
 from .base import StoreBase
 
 CLAIM_BATCH_MAX = 1000
 
 
 class ClaimMixin(StoreBase):
-    # -- claims ----------------------------------------------------------------------------------
+    """Take ownership of claimable jobs."""
 
     def claim(
         self, job_id: Any, *, max_running: int | None = None, execution: Execution | None = None

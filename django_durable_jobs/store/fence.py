@@ -8,19 +8,10 @@ from django.db import connections
 from django.utils import timezone
 
 from ..dbvendor import check_execution
-from ..errors import (
-    InputInvalid,
-    LeaseLost,
-)
+from ..errors import InputInvalid, LeaseLost
 from ..execution import Execution, Identity, WriteFence
-from ..models import (
-    Job,
-    JobStatus,
-    proposal_sha256,
-)
-from ..values import (
-    Lease,
-)
+from ..models import Job, JobStatus, proposal_sha256
+from ..values import Lease
 
 
 def _lease_lost(lease: Lease, why: str) -> LeaseLost:

@@ -10,12 +10,7 @@ from typing import Any
 
 from .. import validation
 from ..dbvendor import bounded_atomic
-from ..errors import (
-    DeadlineExceeded,
-    InputInvalid,
-    JobError,
-    NotReclaimable,
-)
+from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
 from ..execution import Execution, WriteFence
 from ..models import (
     CURRENT,
@@ -27,18 +22,13 @@ from ..models import (
     assess_ownership,
     proposal_defect,
 )
-from ..values import (
-    AttemptOutcome,
-    Finalization,
-    Lease,
-    canonical_json,
-)
+from ..values import AttemptOutcome, Finalization, Lease, canonical_json
 from .base import StoreBase, _snapshot
 from .fence import _lease_lost, _verify_fence
 
 
 class OutcomeMixin(StoreBase):
-    # -- owner writes ----------------------------------------------------------------------------
+    """Owner writes, requests from anyone, and atomic outcomes."""
 
     def heartbeat(self, lease: Lease) -> Job:
         """Renew the lease and return the row (so the owner sees requests made meanwhile)."""

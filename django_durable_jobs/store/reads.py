@@ -11,19 +11,10 @@ from django.db.models import Q
 
 from .. import validation
 from ..dbvendor import check_execution
-from ..errors import (
-    InputInvalid,
-    ScopeMismatch,
-)
+from ..errors import InputInvalid, ScopeMismatch
 from ..execution import Execution
-from ..models import (
-    Job,
-    JobStatus,
-)
-from ..values import (
-    CandidatePage,
-    PageQuery,
-)
+from ..models import Job, JobStatus
+from ..values import CandidatePage, PageQuery
 from .base import StoreBase
 
 CURSOR_SALT = "django_durable_jobs.store.list_page"
@@ -32,7 +23,7 @@ PAGE_BYTES_MAX = 1_048_576
 
 
 class ReadMixin(StoreBase):
-    # -- reads ---------------------------------------------------------------------------------
+    """Read jobs in the store's scope; never write."""
 
     def get(self, job_id: Any) -> Job | None:
         """Return the job in this store's scope, with ``ownership`` assessed, or None."""

@@ -10,27 +10,17 @@ from django.db import IntegrityError, connections, transaction
 
 from .. import validation
 from ..dbvendor import bounded_atomic, check_execution
-from ..errors import (
-    IdempotencyConflict,
-    InputInvalid,
-)
+from ..errors import IdempotencyConflict, InputInvalid
 from ..execution import Execution
-from ..models import (
-    Job,
-    JobStatus,
-    proposal_sha256,
-)
-from ..values import (
-    Lease,
-    Submission,
-)
+from ..models import Job, JobStatus, proposal_sha256
+from ..values import Lease, Submission
 from .base import StoreBase
 
 EMPTY_PROPOSAL = "{}"
 
 
 class SubmissionMixin(StoreBase):
-    # -- submissions ---------------------------------------------------------------------------
+    """Insert and defer jobs; coalesce identical submissions."""
 
     def _prepare(
         self, operation: str, submission: Submission | None, job_id: Any

@@ -3,5 +3,14 @@
 from .errors import JobCancelled, JobError
 from .registry import operation
 
-__all__ = ["JobCancelled", "JobError", "operation"]
+__all__ = ["JobCancelled", "JobError", "operation", "submit"]
+
+
+def submit(operation, payload, **options):  # noqa: ANN001, ANN201 - typed in .submission
+    """Enqueue pending work; see :func:`django_durable_jobs.submission.submit`."""
+    from .submission import submit as submit_job
+
+    return submit_job(operation, payload, **options)
+
+
 __version__ = "0.1.0"

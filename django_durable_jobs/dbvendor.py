@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from .execution import Execution
 
+LOCK_WAIT_MAX_SECONDS = 86_400.0  # PostgreSQL's lock_timeout tops out near 24.8 days in ms
 MYSQL_LOCK_ERRORS = frozenset(
     {1205, 1969, 3024}
 )  # lock wait timeout, statement time (MariaDB, MySQL)
@@ -71,7 +72,8 @@ class _LockPolicy:
 
     def __init__(self, connection: BaseDatabaseWrapper, seconds: float) -> None:
         self.connection = connection
-        self.seconds = max(seconds, 0.001)
+        # Long budgets (a job's whole run) are capped at what every database accepts.
+        self.seconds = min(max(seconds, 0.001), LOCK_WAIT_MAX_SECONDS)
         self.installed: tuple | None = None
         self.previous: tuple | None = None
 
@@ -188,6 +190,20 @@ def bounded_atomic(using: str, execution: Execution | None = None) -> Iterator[N
             policy.restore()
         except DatabaseError:  # the connection is gone; a new one starts with the defaults
             pass
+
+
+WORK_CHANNEL = "durable_jobs_work"
+
+
+def notify_work(using: str, queue: str) -> None:
+    """Wake listening workers when the current transaction commits (PostgreSQL NOTIFY).
+
+    Elsewhere workers poll; NOTIFY is only a shortcut, so losing one costs a poll interval.
+    """
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [WORK_CHANNEL, queue])
 
 
 def lock_for_update(queryset: QuerySet, *, skip_locked: bool = False) -> QuerySet:

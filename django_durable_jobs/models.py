@@ -218,3 +218,49 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.epoch} of {self.job_id}: {self.outcome}"
+
+
+WORKER_ALIVE = "alive"
+WORKER_STALE = "stale"
+WORKER_STOPPED = "stopped"
+
+
+class WorkerProcess(models.Model):
+    """One row per ``runjobs`` process, refreshed with its heartbeat.
+
+    Triage reads it to tell a running job whose worker is alive from one whose worker vanished.
+    A row whose worker exited cleanly has ``stopped_at``; one that did not goes stale once its
+    heartbeat is older than its lease.
+    """
+
+    owner_id = models.CharField(max_length=64, primary_key=True)
+    actor = models.CharField(max_length=NAME_MAX)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    lease_seconds = models.FloatField()
+    concurrency = models.PositiveIntegerField()
+    leases_held = models.PositiveIntegerField(default=0)
+    stopping = models.BooleanField(default=False)
+    queues = models.TextField(blank=True, default="")
+    operations = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["stopped_at", "heartbeat_at"], name="durable_jobs_worker_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} ({self.state()})"
+
+    def state(self, now: datetime | None = None) -> str:
+        """Return ``alive``, ``stale`` (heartbeat older than its lease) or ``stopped``."""
+        if self.stopped_at is not None:
+            return WORKER_STOPPED
+        now = now or timezone.now()
+        if (now - self.heartbeat_at).total_seconds() > self.lease_seconds:
+            return WORKER_STALE
+        return WORKER_ALIVE

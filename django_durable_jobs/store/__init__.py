@@ -16,6 +16,7 @@ from .fence import assert_write_fence
 from .outcomes import OutcomeMixin
 from .reads import ReadMixin
 from .submissions import SubmissionMixin
+from .workers import WorkerRowMixin
 
 __all__ = [
     "AttemptOutcome",
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 
-class DurableJobStore(SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin):
+class DurableJobStore(SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin, WorkerRowMixin):
     """A client of the job table: one owner id, one scope, one clock.
 
     ``DurableJobStore(*, scope=None, actor=None, lease=30.0, using="default", clock=None)``

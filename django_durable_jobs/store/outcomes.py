@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import validation
-from ..dbvendor import bounded_atomic
+from ..dbvendor import bounded_atomic, notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
 from ..execution import Execution, WriteFence
 from ..models import (
@@ -104,6 +104,7 @@ class OutcomeMixin(StoreBase):
                 raise NotReclaimable(refusal)
             if row.retry_requested_at is None:
                 Job.objects.using(self.using).filter(pk=row.pk).update(retry_requested_at=now)
+                notify_work(self.using, row.queue)
             return True
 
     def retry_atomically(

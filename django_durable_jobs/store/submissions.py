@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 
 from .. import validation
-from ..dbvendor import bounded_atomic, check_execution
+from ..dbvendor import bounded_atomic, check_execution, notify_work
 from ..errors import IdempotencyConflict, InputInvalid
 from ..execution import Execution
 from ..models import Job, JobStatus, proposal_sha256
@@ -156,7 +156,10 @@ class SubmissionMixin(StoreBase):
             row = self._new_row(op, scope, key, proposal, pk, now, queue=queue, priority=priority)
             if run_after is not None:
                 row.run_after = run_after
-            return self._annotate(self._create(row)[0], now)
+            row, created = self._create(row)
+            if created:
+                notify_work(self.using, row.queue)
+            return self._annotate(row, now)
 
         if in_caller_transaction:
             if not connections[self.using].in_atomic_block:

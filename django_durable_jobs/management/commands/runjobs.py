@@ -1,0 +1,102 @@
+"""``manage.py runjobs``: a long-running worker that survives crashes and restarts."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ... import conf
+from ...worker import Worker, WorkerOptions
+
+
+class Command(BaseCommand):
+    help = (
+        "Run durable jobs: claim with claim_next, heartbeat every lease/3, stop cleanly on "
+        "SIGTERM/SIGINT (a second signal requests cancellation of running jobs)."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--concurrency", type=int, default=4, help="job threads (default 4)")
+        parser.add_argument("--processes", type=int, default=1, help="worker processes to run")
+        parser.add_argument("--operation", action="append", dest="operations", default=None)
+        parser.add_argument("--queue", action="append", dest="queues", default=None)
+        parser.add_argument("--lease", type=float, default=None, help="lease seconds")
+        parser.add_argument("--poll", type=float, default=1.0, help="poll interval seconds")
+        parser.add_argument("--grace", type=float, default=30.0, help="shutdown grace seconds")
+        parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
+        parser.add_argument("--max-jobs", type=int, default=None, help="exit after N jobs")
+        parser.add_argument("--scope", default=None, help="only jobs of this scope")
+        parser.add_argument("--database", default=None, help="database alias")
+
+    def handle(self, *args, **options) -> None:
+        if options["processes"] > 1:
+            sys.exit(self.run_processes(options["processes"]))
+        if options["processes"] < 1:
+            raise CommandError("--processes must be at least 1.")
+        worker_options = WorkerOptions(
+            concurrency=options["concurrency"],
+            operations=options["operations"],
+            queues=options["queues"],
+            lease=options["lease"] or float(conf.get("LEASE_SECONDS")),
+            poll=options["poll"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            scope=options["scope"],
+            grace=options["grace"],
+            using=options["database"],
+            status_every=10.0 if options["verbosity"] >= 2 else None,
+        )
+        _log_to_stderr(options["verbosity"])
+        try:
+            worker = Worker(worker_options, report=lambda line: self.stdout.write(line))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        worker.install_signal_handlers()
+        if options["verbosity"] >= 1:
+            self.stdout.write(
+                f"runjobs: {worker.store.actor} with {worker_options.concurrency} thread(s), "
+                f"lease {worker_options.lease:g}s. SIGTERM/Ctrl-C stops claiming; a second one "
+                f"requests cancellation."
+            )
+        worker.run()
+
+    def run_processes(self, count: int) -> int:
+        """Run ``count`` single-process workers and forward SIGTERM/SIGINT to all of them."""
+        argv = _without_option(sys.argv, "--processes")
+        children = [subprocess.Popen([sys.executable, *argv]) for _ in range(count)]
+
+        def forward(signum, frame) -> None:
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        return max(child.wait() for child in children)
+
+
+def _without_option(argv: list[str], name: str) -> list[str]:
+    """Return ``argv`` without ``name VALUE`` / ``name=VALUE``."""
+    result, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(f"{name}="):
+            result.append(arg)
+    return result
+
+
+def _log_to_stderr(verbosity: int) -> None:
+    """Show one line per job transition unless the project's LOGGING already handles ours."""
+    logger = logging.getLogger("django_durable_jobs")
+    logger.setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)

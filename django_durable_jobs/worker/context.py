@@ -1,0 +1,78 @@
+"""JobContext: what an executor sees of its job, and the fenced ways it may write."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobCancelled
+from ..execution import Execution, Identity, bind_write_fence
+from ..values import canonical_json
+
+if TYPE_CHECKING:
+    from ..models import Job
+    from ..store import DurableJobStore, Lease
+
+# An executor's own execution is bounded by its operation's timeout, or effectively not at all.
+UNBOUNDED_SECONDS = 10 * 365 * 86_400.0
+
+
+class JobContext:
+    """The running attempt of one job, handed to its executor as ``ctx``."""
+
+    def __init__(
+        self,
+        store: DurableJobStore,
+        lease: Lease,
+        job: Job,
+        *,
+        cancel_event: threading.Event | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.job_id = job.pk
+        self.operation = job.operation
+        self.attempt = job.attempts
+        self.payload: Any = json.loads(job.proposal)
+        self.checkpoint_value: Any = None if job.checkpoint is None else json.loads(job.checkpoint)
+        self.cancel_event = cancel_event or threading.Event()
+        self.lease_lost = False
+        self.completed = False
+        identity = Identity(job.scope, store.actor, job.operation, job.idempotency_key)
+        execution = Execution.start(
+            identity, budget=timeout or UNBOUNDED_SECONDS, cancel_event=self.cancel_event
+        )
+        self.execution = bind_write_fence(
+            execution, lease, job.proposal_hash, using=store.using, clock=store.clock
+        )
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.operation} {self.job_id} attempt {self.attempt}>"
+
+    @property
+    def cancelled(self) -> bool:
+        """True once cancellation was requested or the lease was lost: stop soon."""
+        return self.cancel_event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JobCancelled`` when the job should stop (acknowledged as ``cancelled``)."""
+        if self.cancelled:
+            raise JobCancelled(f"Job {self.job_id} stopped on request at attempt {self.attempt}.")
+
+    def checkpoint(self, value: Any) -> None:
+        """Record ``value`` (JSON-serialisable) as the checkpoint a later attempt resumes from."""
+        self.store.checkpoint(self.lease, canonical_json(value))
+        self.checkpoint_value = value
+
+    def progress(self, percent: float) -> None:
+        """Report progress (0-100)."""
+        self.store.progress(self.lease, percent)
+
+    def complete_atomically(self, mutation: Callable[[Execution], str]) -> str:
+        """Write domain data and complete the job in one fenced transaction; return the receipt."""
+        receipt = self.store.complete_atomically(self.execution, mutation)
+        self.completed = True
+        return receipt

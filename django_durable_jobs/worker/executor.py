@@ -1,0 +1,150 @@
+"""Run one claimed job and turn whatever happens into its outcome.
+
+Return → ``complete`` (even after a late cancellation request: finished work is recorded as
+finished); ``JobCancelled`` → ``cancelled`` when a request was recorded; any other exception →
+``failed`` with its message. A lost lease means the outcome belongs to the new owner: nothing is
+written and the loss is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import DatabaseError
+
+from ..errors import InputInvalid, JobCancelled, LeaseLost
+from ..models import Job
+from .connections import reset_broken_connections
+from .context import JobContext
+
+if TYPE_CHECKING:
+    from ..registry import OperationSpec
+    from ..store import DurableJobStore, Lease
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+COMPLETE = "complete"
+FAILED = "failed"
+CANCELLED = "cancelled"
+LEASE_LOST = "lease-lost"
+RECORDED = "recorded"  # the executor completed the job itself (ctx.complete_atomically)
+ERROR_MAX_CHARS = 10_000
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ExecutionReport:
+    job_id: object
+    operation: str
+    attempt: int
+    epoch: int
+    outcome: str
+    duration: float
+    error: str | None = None
+
+
+def execute(
+    store: DurableJobStore,
+    lease: Lease,
+    spec: OperationSpec | None,
+    cancel_event: threading.Event,
+    *,
+    retry_until: Callable[[], bool] | None = None,
+) -> ExecutionReport:
+    """Run the executor of ``lease``'s job and record its outcome through the store.
+
+    Database errors while loading the job or recording the outcome are retried (the database
+    may be restarting) for as long as ``retry_until()`` says the lease may still be alive.
+    """
+    started = time.monotonic()
+    retry_until = retry_until or (lambda: False)
+    job = persist(lambda: Job.objects.using(store.using).get(pk=lease.job_id), retry_until)
+    if spec is None:
+        outcome: tuple[str, Any] = (
+            FAILED,
+            f"No operation {job.operation!r} is registered in this worker; register it with "
+            f"@operation and restart, or request a retry.",
+        )
+    else:
+        ctx = JobContext(store, lease, job, cancel_event=cancel_event, timeout=spec.timeout)
+        outcome = _run(spec, ctx)
+    kind, error = persist(lambda: _record(store, lease, *outcome), retry_until)
+    report = ExecutionReport(
+        job.pk, job.operation, job.attempts, lease.epoch, kind, time.monotonic() - started, error
+    )
+    logger.info(
+        "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s",
+        report.job_id,
+        report.operation,
+        report.attempt,
+        report.epoch,
+        report.outcome,
+        report.duration,
+        f" error={error}" if error else "",
+    )
+    return report
+
+
+def _run(spec: OperationSpec, ctx: JobContext) -> tuple[str, Any]:
+    """Run the executor; return the outcome to record, without writing anything yet."""
+    try:
+        value = spec.func(ctx, ctx.payload)
+    except JobCancelled:
+        return CANCELLED, None
+    except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure
+        logger.debug("executor of %s raised", ctx.job_id, exc_info=True)
+        return FAILED, exc
+    if ctx.completed:
+        return RECORDED, None
+    return COMPLETE, value
+
+
+def _record(store: DurableJobStore, lease: Lease, kind: str, value: Any) -> tuple[str, str | None]:
+    """Write the outcome under the lease; a lost lease writes nothing and says so."""
+    try:
+        if kind == RECORDED:
+            return COMPLETE, None
+        if kind == COMPLETE:
+            try:
+                store.complete(lease, value)
+                return COMPLETE, None
+            except InputInvalid as exc:  # the return value cannot be stored: the job failed
+                kind, value = FAILED, f"The executor's result was refused: {exc.message}"
+        if kind == CANCELLED:
+            try:
+                store.cancel(lease)
+                return CANCELLED, None
+            except InputInvalid:  # stopped without a recorded request
+                kind, value = FAILED, "The executor raised JobCancelled without a request."
+        message = _message(value)
+        store.fail(lease, message)
+        return FAILED, message
+    except LeaseLost as exc:
+        return LEASE_LOST, exc.message
+
+
+def _message(error: Any) -> str:
+    text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    text = text.strip() or "The executor failed without a message."
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
+
+
+def persist(call: Callable[[], T], retry_until: Callable[[], bool]) -> T:
+    """Call ``call``; on a database error, reconnect and retry while ``retry_until()`` holds."""
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except DatabaseError:
+            reset_broken_connections()
+            if not retry_until():
+                raise
+            logger.warning("database unavailable; retrying in %.1fs", delay, exc_info=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -1,0 +1,306 @@
+"""Worker: claims jobs with ``claim_next``, runs them in threads, keeps their leases alive.
+
+One concern per method: the fetch loop (``run``), the heartbeat loop (``_heartbeat_loop``),
+starting one job (``_start``), and shutdown (``request_stop``). The producer never claims more
+than it has free slots for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import DatabaseError
+
+from .. import conf, registry
+from ..errors import LeaseLost
+from ..store import DurableJobStore, Lease
+from .connections import close_thread_connections, reset_broken_connections
+from .executor import execute
+from .listener import NotifyListener
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+
+@dataclass
+class WorkerOptions:
+    """What ``runjobs`` was asked to do; checked before anything starts."""
+
+    concurrency: int = 4
+    operations: list[str] | None = None
+    queues: list[str] | None = None
+    lease: float = 30.0
+    poll: float = 1.0
+    burst: bool = False
+    max_jobs: int | None = None
+    scope: str | None = None
+    grace: float = 30.0
+    using: str | None = None
+    actor: str | None = None
+    status_every: float | None = None
+
+    def validate(self) -> None:
+        """Raise ValueError with a clear message for options that cannot work."""
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be at least 1.")
+        if not self.lease > 0:
+            raise ValueError("--lease must be a positive number of seconds.")
+        if not self.poll > 0:
+            raise ValueError("--poll must be a positive number of seconds.")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError("--max-jobs must be at least 1.")
+        if self.grace < 0:
+            raise ValueError("--grace must not be negative.")
+        unknown = [op for op in self.operations or [] if registry.get(op) is None]
+        if unknown:
+            known = ", ".join(sorted(registry.all_operations())) or "none"
+            raise ValueError(
+                f"Unknown operation(s): {', '.join(unknown)}. Registered operations: {known}."
+            )
+
+
+@dataclass
+class Running:
+    lease: Lease
+    operation: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+class Worker:
+    """A ``runjobs`` process: one store (one owner id), many job threads, one heartbeat loop."""
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        options.validate()
+        self.options = options
+        self.using = options.using or conf.get("DATABASE")
+        actor = options.actor or f"worker@{socket.gethostname()}:{os.getpid()}"
+        self.store = DurableJobStore(
+            scope=options.scope, actor=actor, lease=options.lease, using=self.using, clock=clock
+        )
+        self.report = report or (lambda line: None)
+        self.running: dict[object, Running] = {}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.stopped = threading.Event()
+        self.idle = threading.Event()  # tests wait on this: nothing running, nothing claimable
+        self.claimed = 0
+        self.outcomes: Counter[str] = Counter()
+        self.stop_deadline: float | None = None
+
+    # -- the fetch loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Claim and run jobs until stopped (or, with ``burst``, until nothing is claimable)."""
+        self.store.register_worker(
+            concurrency=self.options.concurrency,
+            queues=self.options.queues,
+            operations=self.options.operations,
+        )
+        listener = None
+        if NotifyListener.supported(self.using):
+            listener = NotifyListener(self.using, self.wake, self.stopped)
+            listener.start()
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="durable-jobs-heartbeat")
+        heartbeat.daemon = True
+        heartbeat.start()
+        logger.info("worker %s started (owner %s)", self.store.actor, self.store.owner_id)
+        try:
+            self._fetch_loop()
+        finally:
+            self.stopped.set()
+            heartbeat.join(timeout=self.options.lease)
+            self._sign_off()
+            close_thread_connections()
+        return 0
+
+    def _fetch_loop(self) -> None:
+        delay = self.options.poll
+        last_status = time.monotonic()
+        while True:
+            if self.stopping.is_set():
+                if not self.running:
+                    return
+                if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+                    logger.warning(
+                        "grace period over; leaving %d job(s) to expire", len(self.running)
+                    )
+                    return
+                self.wake.wait(0.1)
+                self.wake.clear()
+                continue
+            claimed = self._claim()
+            if claimed is None:  # database unavailable: back off, then try again
+                self.wake.wait(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            delay = self.options.poll
+            if self._status_due(last_status):
+                last_status = time.monotonic()
+                self.report(self.status_line())
+            if claimed:
+                continue
+            if self._claim_budget() == 0 and not self.running:
+                return  # --max-jobs reached and done
+            if not self.running:
+                self.idle.set()
+                if self.options.burst:
+                    return
+            self.wake.wait(self.options.poll)
+            self.wake.clear()
+
+    def _claim_budget(self) -> int:
+        free = self.options.concurrency - len(self.running)
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.claimed)
+        return max(free, 0)
+
+    def _claim(self) -> list[Lease] | None:
+        limit = self._claim_budget()
+        if limit == 0:
+            return []
+        try:
+            leases = self.store.claim_next(
+                operations=self.options.operations, queues=self.options.queues, limit=limit
+            )
+        except DatabaseError:
+            logger.warning("claim failed: database unavailable", exc_info=True)
+            reset_broken_connections()
+            return None
+        for lease in leases:
+            self._start(lease)
+        if leases:
+            self.idle.clear()
+        return leases
+
+    # -- one job ---------------------------------------------------------------------------------
+
+    def _start(self, lease: Lease) -> None:
+        job = self.store.get(lease.job_id)
+        operation = job.operation if job else "?"
+        entry = Running(lease=lease, operation=operation)
+        with self.lock:
+            self.running[lease.job_id] = entry
+            self.claimed += 1
+        logger.info(
+            "job %s %s attempt=%s epoch=%s claimed",
+            lease.job_id,
+            operation,
+            job.attempts if job else "?",
+            lease.epoch,
+        )
+        entry.thread = threading.Thread(
+            target=self._execute, args=(entry,), name=f"durable-job-{lease.job_id}", daemon=True
+        )
+        entry.thread.start()
+
+    def _execute(self, entry: Running) -> None:
+        try:
+            report = execute(
+                self.store,
+                entry.lease,
+                registry.get(entry.operation),
+                entry.cancel,
+                retry_until=lambda: self._lease_may_be_alive(entry.lease),
+            )
+            outcome = report.outcome
+        except Exception:  # noqa: BLE001 - the lease will expire; the job stays evidence
+            logger.exception("job %s: outcome could not be recorded", entry.lease.job_id)
+            outcome = "unrecorded"
+        finally:
+            close_thread_connections()
+        with self.lock:
+            self.outcomes[outcome] += 1
+            self.running.pop(entry.lease.job_id, None)
+        self.wake.set()
+
+    def _lease_may_be_alive(self, lease: Lease) -> bool:
+        return self.store.clock() < lease.expires_at or not self.stopped.is_set()
+
+    # -- the heartbeat loop ------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        """Renew every lease held each lease/3 s; pass cancellation and lost leases to ctx."""
+        interval = self.options.lease / 3
+        try:
+            while not self.stopped.wait(interval):
+                self.heartbeat_once()
+        finally:
+            close_thread_connections()
+
+    def heartbeat_once(self) -> None:
+        with self.lock:
+            entries = list(self.running.values())
+        for entry in entries:
+            try:
+                row = self.store.heartbeat(entry.lease)
+                if row.cancellation_requested_at is not None and not entry.cancel.is_set():
+                    logger.info("job %s cancellation requested", entry.lease.job_id)
+                    entry.cancel.set()
+            except LeaseLost as exc:
+                entry.cancel.set()
+                if entry.lease.job_id in self.running:  # not merely finished meanwhile
+                    logger.warning("job %s lease lost: %s", entry.lease.job_id, exc.message)
+            except DatabaseError:
+                logger.warning("heartbeat failed: database unavailable", exc_info=True)
+                reset_broken_connections()
+                return
+        try:
+            self.store.worker_heartbeat(leases_held=len(entries), stopping=self.stopping.is_set())
+        except DatabaseError:
+            reset_broken_connections()
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def request_stop(self, *, cancel_running: bool = False) -> None:
+        """Stop claiming; let running jobs finish within the grace period (or cancel them)."""
+        if not self.stopping.is_set():
+            self.stop_deadline = time.monotonic() + self.options.grace
+            self.stopping.set()
+            logger.info("stopping: %d job(s) still running", len(self.running))
+        if cancel_running:
+            with self.lock:
+                for entry in self.running.values():
+                    entry.cancel.set()
+        self.wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs."""
+
+        def handle(signum, frame) -> None:
+            self.request_stop(cancel_running=self.stopping.is_set())
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def _sign_off(self) -> None:
+        try:
+            self.store.worker_stopped()
+        except DatabaseError:
+            logger.warning("could not mark the worker row stopped", exc_info=True)
+
+    def _status_due(self, last: float) -> bool:
+        every = self.options.status_every
+        return every is not None and time.monotonic() - last >= every
+
+    def status_line(self) -> str:
+        done = ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"
+        return (
+            f"runjobs {self.store.actor}: running={len(self.running)} claimed={self.claimed} "
+            f"finished: {done}"
+        )

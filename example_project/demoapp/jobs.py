@@ -1,0 +1,39 @@
+"""Sample operations of the example project, discovered by django_durable_jobs at start-up."""
+
+from __future__ import annotations
+
+import time
+
+from django_durable_jobs import JobCancelled, operation
+
+
+@operation("reports.rebuild", on_expired="resume")
+def rebuild_report(ctx, payload):
+    """Rebuild a report in steps, checkpointing so a crashed attempt resumes where it stopped."""
+    rows = int(payload.get("rows", 1000))
+    step = int(payload.get("step", 100))
+    done = (ctx.checkpoint_value or {}).get("rows_done", 0)
+    while done < rows:
+        ctx.raise_if_cancelled()
+        time.sleep(float(payload.get("delay", 0.2)))
+        done = min(rows, done + step)
+        ctx.checkpoint({"rows_done": done})
+        ctx.progress(100 * done / rows)
+    return {"rows": rows, "resumed_from_attempt": ctx.attempt}
+
+
+@operation("demo.wait_for_cancel")
+def wait_for_cancel(ctx, payload):
+    """Run until somebody requests cancellation (from the admin, the CLI or the API)."""
+    deadline = time.monotonic() + float(payload.get("seconds", 600))
+    while time.monotonic() < deadline:
+        if ctx.cancelled:
+            raise JobCancelled("Stopped on request.")
+        time.sleep(0.2)
+    return {"waited": payload.get("seconds", 600)}
+
+
+@operation("demo.flaky")
+def flaky(ctx, payload):
+    """Fail with a clear message (to show failed jobs, their attempts and retries)."""
+    raise RuntimeError(payload.get("message", "the upstream service answered 503"))

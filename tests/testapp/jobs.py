@@ -1,0 +1,84 @@
+"""Operations the worker tests run (discovered like any app's jobs.py).
+
+Behaviour is driven by the payload, so one operation serves many tests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from django_durable_jobs import JobCancelled, operation
+
+from .models import DomainRow
+
+
+def _touch(payload: dict, name: str, text: str = "") -> None:
+    """Write a marker file (``payload["markers"]`` is a folder) so a test can wait on it."""
+    folder = payload.get("markers")
+    if folder:
+        Path(folder, name).write_text(text)
+
+
+@operation("tests.steps", on_expired="resume")
+def steps(ctx, payload):
+    """Count to ``steps``, checkpointing each step; resumes from the checkpoint."""
+    done = (ctx.checkpoint_value or {}).get("done", 0)
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}", str(done))
+    while done < payload.get("steps", 3):
+        ctx.raise_if_cancelled()
+        time.sleep(payload.get("delay", 0.0))
+        done += 1
+        ctx.checkpoint({"done": done})
+        ctx.progress(100 * done / payload.get("steps", 3))
+        _touch(payload, f"step-{ctx.job_id}-{ctx.attempt}-{done}")
+    return {"done": done, "attempt": ctx.attempt}
+
+
+@operation("tests.hold", on_expired="hold")
+def hold(ctx, payload):
+    """Like tests.steps but a human must decide after an expired lease."""
+    return steps(ctx, payload)
+
+
+@operation("tests.wait_cancel")
+def wait_cancel(ctx, payload):
+    """Run until cancellation is requested, then acknowledge it (or time out and return)."""
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}")
+    deadline = time.monotonic() + payload.get("seconds", 30)
+    while time.monotonic() < deadline:
+        if ctx.cancelled:
+            _touch(payload, f"cancelled-{ctx.job_id}")
+            raise JobCancelled("stopped on request")
+        time.sleep(0.02)
+    return {"finished": True}
+
+
+@operation("tests.sleep")
+def sleep(ctx, payload):
+    """Sleep ``seconds`` without looking at cancellation, then return."""
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}")
+    time.sleep(payload.get("seconds", 1))
+    return {"slept": payload.get("seconds", 1), "attempt": ctx.attempt}
+
+
+@operation("tests.domain_write")
+def domain_write(ctx, payload):
+    """Write one DomainRow and complete the job in the same fenced transaction."""
+
+    def write(execution):
+        row = DomainRow.objects.create(job_id=ctx.job_id, value=str(payload.get("value", "")))
+        return json.dumps({"row": row.pk})
+
+    return ctx.complete_atomically(write)
+
+
+@operation("tests.fail")
+def fail(ctx, payload):
+    raise RuntimeError(payload.get("message", "boom"))
+
+
+@operation("tests.noop")
+def noop(ctx, payload):
+    return None

@@ -38,9 +38,17 @@ class JobQuerySet(models.QuerySet):
     def lease_live(self, now: datetime) -> JobQuerySet:
         return self.filter(status="running", owner_id__isnull=False, lease_expires_at__gt=now)
 
-    def retry_requested(self) -> JobQuerySet:
-        """Return failed or cancelled rows somebody asked to run again."""
-        return self.filter(retry_requested_at__isnull=False, status__in=["failed", "cancelled"])
+    def retry_requested(self, now: datetime) -> JobQuerySet:
+        """Return failed or cancelled rows somebody (or a retry policy) asked to run again, due.
+
+        A retry policy sets ``run_after`` to the end of its backoff; a person's request is due
+        at once (``run_after`` is in the past).
+        """
+        return self.filter(
+            retry_requested_at__isnull=False,
+            status__in=["failed", "cancelled"],
+            run_after__lte=now,
+        )
 
     def in_claim_order(self) -> JobQuerySet:
         return self.order_by("-priority", "run_after", "created_at", "id")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import Any
 
 from . import validation
 from .errors import InputInvalid
+from .retry import RetryPolicy
 
 ON_EXPIRED_CHOICES = ("resume", "hold")
 
@@ -20,7 +22,7 @@ class OperationSpec:
     on_expired: str = "hold"
     max_running: int | None = None
     timeout: float | None = None
-    retry: Any = None
+    retry: RetryPolicy | None = None
 
 
 _registry: dict[str, OperationSpec] = {}
@@ -39,11 +41,25 @@ def operation(
     validation.operation(name)
     if on_expired not in ON_EXPIRED_CHOICES:
         raise InputInvalid(f"on_expired must be one of {ON_EXPIRED_CHOICES}; got {on_expired!r}.")
-    if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
+    if max_running is not None and (
+        isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+    ):
         raise InputInvalid(f"max_running must be a positive integer or None; got {max_running!r}.")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise InputInvalid(
+            f"timeout must be a positive number of seconds or None; got {timeout!r}."
+        )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        spec = OperationSpec(name, func, on_expired, max_running, timeout, retry)
+        if not callable(func):
+            raise InputInvalid(f"@operation({name!r}) decorates a function; got {func!r}.")
+        policy = RetryPolicy.of(retry)
+        spec = OperationSpec(name, func, on_expired, max_running, timeout, policy)
         with _lock:
             existing = _registry.get(name)
             if existing is not None and existing.func is not func:

@@ -230,7 +230,9 @@ class StoreBase:
             raise LeaseLost(f"Job {row.pk} changed under its lock; nothing was written.")
         self._record_attempt(row, now, status, changes.get("error"))
 
-    def _end_fenced(self, lease: Lease, status: str, guard=None, **changes: Any) -> None:
+    def _end_fenced(self, lease: Lease, status: str, guard=None, then=None, **changes: Any) -> None:
+        """End the attempt under the lease's fence; ``guard(row)`` may refuse first, and
+        ``then(row, now)`` runs after, in the same transaction."""
         self._check_lease(lease)
         with bounded_atomic(self.using):
             now = self._now()
@@ -240,3 +242,5 @@ class StoreBase:
             if guard is not None:
                 guard(row)
             self._end(row, now, status, **changes)
+            if then is not None:
+                then(row, now)

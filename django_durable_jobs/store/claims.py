@@ -85,7 +85,7 @@ class ClaimMixin(StoreBase):
                 base = base.filter(operation__in=ops)
             if queue_names is not None:
                 base = base.filter(queue__in=queue_names)
-            sets = [base.pending_due(now), base.retry_requested()]
+            sets = [base.pending_due(now), base.retry_requested(now)]
             sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
             if resume:
                 sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))

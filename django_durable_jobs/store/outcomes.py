@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import validation
+from .. import registry, validation
 from ..dbvendor import bounded_atomic, notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
 from ..execution import Execution, WriteFence
@@ -68,7 +68,18 @@ class OutcomeMixin(StoreBase):
     def fail(self, lease: Lease, error: Any) -> None:
         """Record a failure: running → failed with ``error`` as the message."""
         message = _error_text(error)
-        self._end_fenced(lease, JobStatus.FAILED, error=message)
+        self._end_fenced(lease, JobStatus.FAILED, then=self._schedule_retry, error=message)
+
+    def _schedule_retry(self, row: Job, now: datetime) -> None:
+        """Ask for another attempt after the backoff when the operation's retry policy allows."""
+        spec = registry.get(row.operation)
+        policy = spec.retry if spec else None
+        if policy is None or not policy.allows_another(row.attempts):
+            return
+        due = now + timedelta(seconds=policy.delay(row.attempts))
+        Job.objects.using(self.using).filter(pk=row.pk).update(
+            retry_requested_at=now, run_after=due
+        )
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -102,8 +113,13 @@ class OutcomeMixin(StoreBase):
             refusal = _retry_refusal(row, now)
             if refusal is not None:
                 raise NotReclaimable(refusal)
+            changes: dict[str, Any] = {}
             if row.retry_requested_at is None:
-                Job.objects.using(self.using).filter(pk=row.pk).update(retry_requested_at=now)
+                changes["retry_requested_at"] = now
+            if row.run_after > now:  # a person does not wait out a retry policy's backoff
+                changes["run_after"] = now
+            if changes:
+                Job.objects.using(self.using).filter(pk=row.pk).update(**changes)
                 notify_work(self.using, row.queue)
             return True
 

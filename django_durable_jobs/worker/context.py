@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobCancelled
+from ..errors import InputInvalid, JobCancelled
 from ..execution import Execution, Identity, bind_write_fence
 from ..values import canonical_json
 
@@ -63,9 +63,17 @@ class JobContext:
             raise JobCancelled(f"Job {self.job_id} stopped on request at attempt {self.attempt}.")
 
     def checkpoint(self, value: Any) -> None:
-        """Record ``value`` (JSON-serialisable) as the checkpoint a later attempt resumes from."""
-        self.store.checkpoint(self.lease, canonical_json(value))
-        self.checkpoint_value = value
+        """Record ``value`` (JSON-serialisable) as the checkpoint a later attempt resumes from.
+
+        ``checkpoint_value`` becomes the stored JSON parsed again, exactly what a later attempt
+        will see (tuples become lists, keys become strings).
+        """
+        try:
+            text = canonical_json(value)
+        except (TypeError, ValueError) as exc:
+            raise InputInvalid(f"The checkpoint cannot be stored as JSON: {exc}.") from exc
+        self.store.checkpoint(self.lease, text)
+        self.checkpoint_value = json.loads(text)
 
     def progress(self, percent: float) -> None:
         """Report progress (0-100)."""

@@ -78,6 +78,42 @@ def execute(
     report = ExecutionReport(
         job.pk, job.operation, job.attempts, lease.epoch, kind, time.monotonic() - started, error
     )
+    _log(report)
+    return report
+
+
+def run_and_record(
+    store: DurableJobStore,
+    ctx: JobContext,
+    func: Callable[[JobContext], Any],
+    *,
+    retry_until: Callable[[], bool] | None = None,
+) -> ExecutionReport:
+    """Run ``func(ctx)`` and record its outcome under ``ctx.lease``, as :func:`execute` does.
+
+    For callers that hold a lease and an executor callable rather than a registered operation
+    (``JobManager``). The outcome rules are the same: return → complete, ``JobCancelled`` →
+    cancelled, any other exception → failed, a lost lease → nothing written.
+    """
+    started = time.monotonic()
+    outcome = _call(func, ctx)
+    kind, error = persist(
+        lambda: _record(store, ctx.lease, *outcome), retry_until or (lambda: False)
+    )
+    report = ExecutionReport(
+        ctx.job_id,
+        ctx.operation,
+        ctx.attempt,
+        ctx.lease.epoch,
+        kind,
+        time.monotonic() - started,
+        error,
+    )
+    _log(report)
+    return report
+
+
+def _log(report: ExecutionReport) -> None:
     logger.info(
         "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s",
         report.job_id,
@@ -86,15 +122,19 @@ def execute(
         report.epoch,
         report.outcome,
         report.duration,
-        f" error={error}" if error else "",
+        f" error={report.error}" if report.error else "",
     )
-    return report
 
 
 def _run(spec: OperationSpec, ctx: JobContext) -> tuple[str, Any]:
-    """Run the executor; return the outcome to record, without writing anything yet."""
+    """Run the operation's executor; return the outcome to record, without writing anything yet."""
+    return _call(lambda c: spec.func(c, c.payload), ctx)
+
+
+def _call(func: Callable[[JobContext], Any], ctx: JobContext) -> tuple[str, Any]:
+    """Run ``func(ctx)``; return the outcome to record, without writing anything yet."""
     try:
-        value = spec.func(ctx, ctx.payload)
+        value = func(ctx)
     except JobCancelled:
         return CANCELLED, None
     except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure

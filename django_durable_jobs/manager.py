@@ -1,0 +1,332 @@
+"""JobManager: the in-process facade that starts durable jobs in threads of this process.
+
+Each job still lives in the job table under a lease held by the manager's own store client, so a
+crashed process leaves evidence and a lease that expires, never a silently lost job. The manager
+runs executors in threads, renews their leases from one heartbeat thread every lease/3 seconds and
+passes cancellation requests and lost leases to them through ``ctx.cancelled``. Outcomes follow the
+worker's rules (:mod:`django_durable_jobs.worker.executor`): return → ``complete``, ``JobCancelled``
+after a request → ``cancelled``, any other exception → ``failed``, a lost lease → nothing written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError
+
+from . import registry, validation
+from .errors import CapacityReached, InputInvalid, LeaseLost
+from .models import Job
+from .store import DurableJobStore, Lease, Submission
+from .worker.connections import close_thread_connections, reset_broken_connections
+from .worker.context import JobContext
+from .worker.executor import ExecutionReport, run_and_record
+
+logger = logging.getLogger("django_durable_jobs.manager")
+
+Executor = Callable[[JobContext], Any]
+
+__all__ = ["JobManager"]
+
+
+@dataclass
+class _Running:
+    """One executor of this manager: its context, its thread, and the lease it renews."""
+
+    ctx: JobContext
+    expires_at: datetime
+    thread: threading.Thread | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    report: ExecutionReport | None = None
+
+
+class JobManager:
+    """Start, resume and watch durable jobs from inside this process.
+
+    ``JobManager(*, scope=None, actor=None, lease=30.0, max_jobs=10, using="default", clock=None)``
+
+    ``max_jobs`` caps the executors this manager runs at once; one more is refused with
+    ``CapacityReached`` before anything is written. ``destroy()`` asks this manager's own executors
+    to stop and never touches jobs run by anybody else.
+    """
+
+    def __init__(
+        self,
+        *,
+        scope: str | None = None,
+        actor: str | None = None,
+        lease: float = 30.0,
+        max_jobs: int = 10,
+        using: str = "default",
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+            raise InputInvalid(f"max_jobs must be a positive whole number; got {max_jobs!r}.")
+        actor = actor or f"manager@{socket.gethostname()}:{os.getpid()}"
+        self.store = DurableJobStore(
+            scope=scope, actor=actor, lease=lease, using=using, clock=clock
+        )
+        self.max_jobs = max_jobs
+        self._lock = threading.Lock()
+        self._running: dict[Any, _Running] = {}
+        self._finished: dict[Any, _Running] = {}
+        self._reserved = 0  # slots taken by calls between the capacity check and the thread start
+        self._heartbeat: threading.Thread | None = None
+        self._idle = threading.Event()  # set when an executor ends: the heartbeat may exit
+        self._destroyed = False
+
+    def __repr__(self) -> str:
+        return f"<JobManager {self.store.actor} running={len(self._running)}/{self.max_jobs}>"
+
+    # -- starting work ---------------------------------------------------------------------------
+
+    def start_job(
+        self, operation: str, executor: Executor, submission: Submission | None = None
+    ) -> Any:
+        """Create a job owned by this manager and run ``executor(ctx)`` in a thread; return its id.
+
+        An identical earlier submission returns that job's id and runs nothing, wherever and
+        whenever the earlier job ran.
+        """
+        self._check_executor(executor)
+        if not self._reserve():
+            existing = self._identical(operation, submission)
+            if existing is not None:
+                return existing.pk
+            raise self._full()
+        try:
+            lease = self.store.insert(operation, submission=submission)
+            if lease is None:
+                existing = self._identical(operation, submission)
+                if existing is None:  # cannot happen: insert coalesced onto a row it then lost
+                    raise InputInvalid(f"The submission of {operation!r} coalesced onto no job.")
+                return existing.pk
+            self._launch(lease, executor)
+            return lease.job_id
+        finally:
+            self._release()
+
+    def defer_job(self, operation: str, submission: Submission) -> Any:
+        """Persist pending work (a worker or ``resume_job`` runs it later); return the job id."""
+        return self.store.defer(operation, submission).pk
+
+    def resume_job(self, job_id: Any, executor: Executor) -> Any:
+        """Claim a pending job, or one whose lease expired, and run ``executor(ctx)`` on it.
+
+        The new attempt sees the last checkpoint as ``ctx.checkpoint_value``. A job someone else
+        holds, or one that ended, is refused with ``NotReclaimable``.
+        """
+        self._check_executor(executor)
+        if not self._reserve():
+            raise self._full()
+        try:
+            lease = self.store.claim(job_id)
+            self._launch(lease, executor)
+            return lease.job_id
+        finally:
+            self._release()
+
+    # -- reading and requests --------------------------------------------------------------------
+
+    def get_job(self, job_id: Any) -> Job | None:
+        """Return the job in this manager's scope, or None."""
+        return self.store.get(job_id)
+
+    def list_jobs(self, status: str | None = None) -> list[Job]:
+        """Return the jobs in this manager's scope, oldest first, optionally of one status."""
+        return self.store.list(status)
+
+    def cancel_job(self, job_id: Any) -> bool:
+        """Request cancellation; the executor sees ``ctx.cancelled`` at once if it runs here.
+
+        Returns False for a job that already ended or does not exist (nothing changes).
+        """
+        requested = self.store.request_cancel(job_id)
+        if requested:
+            entry = self._running.get(validation.job_id(job_id))
+            if entry is not None:
+                entry.ctx.cancel_event.set()
+        return requested
+
+    def update_progress(self, job_id: Any, percent: float) -> bool:
+        """Record progress for a job this manager runs; False for any other job.
+
+        A lost lease also returns False (and tells the executor to stop).
+        """
+        entry = self._running.get(validation.job_id(job_id))
+        if entry is None:
+            validation.percent(percent)
+            return False
+        try:
+            entry.ctx.progress(percent)
+        except LeaseLost:
+            entry.ctx.lease_lost = True
+            entry.ctx.cancel_event.set()
+            return False
+        return True
+
+    def cleanup(self) -> int:
+        """Forget finished executors; return 0: no job row is ever deleted (rows are evidence)."""
+        with self._lock:
+            self._finished.clear()
+        return 0
+
+    def destroy(self) -> None:
+        """Request cancellation of this manager's own executors and start no more.
+
+        Other managers' and workers' jobs are never touched. The request is persisted, so an
+        executor that stops with ``JobCancelled`` ends ``cancelled``; one that returns anyway ends
+        ``complete``. Use :meth:`wait` to wait for them.
+        """
+        with self._lock:
+            self._destroyed = True
+            entries = list(self._running.values())
+        for entry in entries:
+            try:
+                self.store.request_cancel(entry.ctx.job_id)
+            except DatabaseError:
+                logger.warning("could not record cancellation of %s", entry.ctx.job_id)
+                reset_broken_connections()
+            entry.ctx.cancel_event.set()
+
+    def wait(self, job_id: Any, timeout: float | None = None) -> Job | None:
+        """Wait until this manager's executor of ``job_id`` ended; return the job as stored.
+
+        Returns at once for a job this manager is not running. Raises ``TimeoutError`` when the
+        executor is still running after ``timeout`` seconds.
+        """
+        pk = validation.job_id(job_id)
+        entry = self._running.get(pk) or self._finished.get(pk)
+        if entry is not None and not entry.done.wait(timeout):
+            raise TimeoutError(f"Job {pk} is still running after {timeout} s.")
+        return self.store.get(pk)
+
+    def report(self, job_id: Any) -> ExecutionReport | None:
+        """Return how this manager's executor of ``job_id`` ended, or None (not ended, not ours)."""
+        entry = self._finished.get(validation.job_id(job_id))
+        return None if entry is None else entry.report
+
+    @property
+    def running(self) -> list[Any]:
+        """Return the ids of the jobs whose executors this manager is running."""
+        return list(self._running)
+
+    # -- executors -------------------------------------------------------------------------------
+
+    def _check_executor(self, executor: Any) -> None:
+        if not callable(executor):
+            raise InputInvalid(f"The executor must be callable as executor(ctx); got {executor!r}.")
+
+    def _full(self) -> CapacityReached:
+        return CapacityReached(
+            f"This JobManager already runs {self.max_jobs} job(s) (max_jobs={self.max_jobs}); "
+            f"wait for one to finish, or defer the job for a worker."
+        )
+
+    def _reserve(self) -> bool:
+        with self._lock:
+            if self._destroyed:
+                raise InputInvalid("This JobManager was destroyed; create a new one.")
+            if len(self._running) + self._reserved >= self.max_jobs:
+                return False
+            self._reserved += 1
+            return True
+
+    def _release(self) -> None:
+        with self._lock:
+            self._reserved -= 1
+
+    def _identical(self, operation: str, submission: Submission | None) -> Job | None:
+        if submission is None:
+            return None
+        return self.store.find_submission(operation, submission)
+
+    def _launch(self, lease: Lease, executor: Executor) -> None:
+        """Build the context and start the executor's thread (the reserved slot becomes it)."""
+        job = Job.objects.using(self.store.using).get(pk=lease.job_id)
+        spec = registry.get(job.operation)
+        ctx = JobContext(self.store, lease, job, timeout=spec.timeout if spec else None)
+        entry = _Running(ctx=ctx, expires_at=lease.expires_at)
+        entry.thread = threading.Thread(
+            target=self._execute,
+            args=(entry, executor),
+            name=f"durable-job-{lease.job_id}",
+            daemon=True,
+        )
+        with self._lock:
+            self._running[lease.job_id] = entry
+            if self._destroyed:  # destroy() ran since the reservation: stop as soon as it starts
+                entry.ctx.cancel_event.set()
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(
+                    target=self._heartbeat_loop, name="durable-jobs-manager-heartbeat", daemon=True
+                )
+                self._heartbeat.start()
+        entry.thread.start()
+
+    def _execute(self, entry: _Running, executor: Executor) -> None:
+        ctx = entry.ctx
+        try:
+            entry.report = run_and_record(
+                self.store,
+                ctx,
+                executor,
+                retry_until=lambda: self.store.clock() < entry.expires_at,
+            )
+        except Exception:  # noqa: BLE001 - the lease will expire; the row stays as evidence
+            logger.exception("job %s: the outcome could not be recorded", ctx.job_id)
+        finally:
+            close_thread_connections()
+            with self._lock:
+                self._running.pop(ctx.job_id, None)
+                self._finished[ctx.job_id] = entry
+                if not self._running:
+                    self._idle.set()
+            entry.done.set()
+
+    # -- the heartbeat ---------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        """Renew every lease each lease/3 s while executors run; exit as soon as none is left."""
+        try:
+            while True:
+                self._idle.wait(self.store.lease / 3)
+                with self._lock:
+                    self._idle.clear()
+                    if not self._running:
+                        self._heartbeat = None
+                        return
+                self.heartbeat_once()
+        finally:
+            close_thread_connections()
+
+    def heartbeat_once(self) -> None:
+        """Renew this manager's leases once; pass cancellation requests and lost leases to ctx."""
+        with self._lock:
+            entries = list(self._running.values())
+        for entry in entries:
+            ctx = entry.ctx
+            try:
+                row = self.store.heartbeat(ctx.lease)
+            except LeaseLost as exc:
+                if entry.done.is_set():
+                    continue  # it ended meanwhile: its outcome was recorded (or refused)
+                logger.warning("job %s lease lost: %s", ctx.job_id, exc.message)
+                ctx.lease_lost = True
+                ctx.cancel_event.set()
+                continue
+            except DatabaseError:
+                logger.warning("heartbeat failed: database unavailable", exc_info=True)
+                reset_broken_connections()
+                return
+            entry.expires_at = row.lease_expires_at
+            if row.cancellation_requested_at is not None and not ctx.cancel_event.is_set():
+                logger.info("job %s cancellation requested", ctx.job_id)
+                ctx.cancel_event.set()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db import connections
+
 from . import conf, registry
 from .errors import InputInvalid
 from .models import Job
@@ -26,6 +28,9 @@ def submit(
 
     Refuses an operation no ``@operation`` registered, so a typo fails here rather than in a
     worker. Starts nothing: ``manage.py runjobs`` picks the job up.
+
+    Called inside ``transaction.atomic()`` (or a view under ``ATOMIC_REQUESTS``), the job is
+    written in your transaction: it exists only if you commit, and workers see it after COMMIT.
     """
     if registry.get(operation) is None:
         known = ", ".join(sorted(registry.all_operations())) or "none"
@@ -33,11 +38,13 @@ def submit(
             f"Unknown operation {operation!r}; register it with @operation in a jobs.py module. "
             f"Registered: {known}."
         )
-    store = DurableJobStore(using=using or conf.get("DATABASE"))
+    alias = using or conf.get("DATABASE")
+    store = DurableJobStore(using=alias)
     return store.defer(
         operation,
         Submission.of(scope, idempotency_key, payload),
         queue=queue,
         priority=priority,
         run_after=run_after,
+        in_caller_transaction=connections[alias].in_atomic_block,
     )

@@ -333,3 +333,24 @@ def test_claim_next_resume_expired_overrides_the_registry():
     leases = worker.claim_next(limit=10, resume_expired=["tests.hold"])
     assert [lease.job_id for lease in leases] == [hold.pk]
     assert worker.get(steps.pk).ownership == "expired"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_submit_inside_the_callers_transaction_exists_only_if_the_caller_commits():
+    from django.db import transaction
+
+    from django_durable_jobs import submit
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback):
+        with transaction.atomic():
+            rolled_back = submit("tests.noop", {"n": "rolled back"})
+            assert Job.objects.filter(pk=rolled_back.pk).exists()  # visible inside
+            raise Rollback
+    assert not Job.objects.filter(pk=rolled_back.pk).exists()
+
+    with transaction.atomic():
+        kept = submit("tests.noop", {"n": "kept"})
+    assert Job.objects.get(pk=kept.pk).status == "pending"

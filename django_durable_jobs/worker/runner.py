@@ -24,7 +24,7 @@ from .. import conf, registry
 from ..errors import LeaseLost
 from ..store import DurableJobStore, Lease
 from .connections import close_thread_connections, reset_broken_connections
-from .executor import execute
+from .executor import execute, persist
 from .listener import NotifyListener
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -70,9 +70,10 @@ class WorkerOptions:
 @dataclass
 class Running:
     lease: Lease
-    operation: str
+    operation: str = "?"  # read by the job thread
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    cancel_recorded: bool = False  # this worker recorded a cancellation request (2nd signal)
 
 
 class Worker:
@@ -97,6 +98,7 @@ class Worker:
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.cancel_requested = threading.Event()  # second signal: cancel what still runs
         self.stopped = threading.Event()
         self.idle = threading.Event()  # tests wait on this: nothing running, nothing claimable
         self.claimed = 0
@@ -120,20 +122,29 @@ class Worker:
         heartbeat.daemon = True
         heartbeat.start()
         logger.info("worker %s started (owner %s)", self.store.actor, self.store.owner_id)
+        clean = False
         try:
             self._fetch_loop()
+            clean = True
         finally:
             self.stopped.set()
             heartbeat.join(timeout=self.options.lease)
-            self._sign_off()
+            if clean:  # a crashed worker's row must go stale, not claim a clean stop
+                self._sign_off()
             close_thread_connections()
         return 0
 
     def _fetch_loop(self) -> None:
         delay = self.options.poll
         last_status = time.monotonic()
+        announced = False
         while True:
             if self.stopping.is_set():
+                if not announced:
+                    announced = True
+                    logger.info("stopping: %d job(s) still running", len(self.running))
+                if self.cancel_requested.is_set():
+                    self._cancel_running()
                 if not self.running:
                     return
                 if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
@@ -191,42 +202,53 @@ class Worker:
     # -- one job ---------------------------------------------------------------------------------
 
     def _start(self, lease: Lease) -> None:
-        job = self.store.get(lease.job_id)
-        operation = job.operation if job else "?"
-        entry = Running(lease=lease, operation=operation)
+        """Run ``lease``'s job in a thread of its own.
+
+        No database work here: were the database to drop now, an exception would leave the
+        rest of the claimed batch unstarted, holding leases nobody runs. The job thread reads
+        the row, retrying while the lease may be alive.
+        """
+        entry = Running(lease=lease)
         with self.lock:
             self.running[lease.job_id] = entry
             self.claimed += 1
-        logger.info(
-            "job %s %s attempt=%s epoch=%s claimed",
-            lease.job_id,
-            operation,
-            job.attempts if job else "?",
-            lease.epoch,
-        )
         entry.thread = threading.Thread(
             target=self._execute, args=(entry,), name=f"durable-job-{lease.job_id}", daemon=True
         )
         entry.thread.start()
 
     def _execute(self, entry: Running) -> None:
+        lease = entry.lease
+
+        def retry_until() -> bool:
+            return self._lease_may_be_alive(lease)
+
         try:
+            job = persist(lambda: self.store.get(lease.job_id), retry_until)
+            entry.operation = job.operation if job else "?"
+            logger.info(
+                "job %s %s attempt=%s epoch=%s claimed",
+                lease.job_id,
+                entry.operation,
+                job.attempts if job else "?",
+                lease.epoch,
+            )
             report = execute(
                 self.store,
-                entry.lease,
+                lease,
                 registry.get(entry.operation),
                 entry.cancel,
-                retry_until=lambda: self._lease_may_be_alive(entry.lease),
+                retry_until=retry_until,
             )
             outcome = report.outcome
         except Exception:  # noqa: BLE001 - the lease will expire; the job stays evidence
-            logger.exception("job %s: outcome could not be recorded", entry.lease.job_id)
+            logger.exception("job %s: outcome could not be recorded", lease.job_id)
             outcome = "unrecorded"
         finally:
             close_thread_connections()
         with self.lock:
             self.outcomes[outcome] += 1
-            self.running.pop(entry.lease.job_id, None)
+            self.running.pop(lease.job_id, None)
         self.wake.set()
 
     def _lease_may_be_alive(self, lease: Lease) -> bool:
@@ -268,16 +290,43 @@ class Worker:
     # -- shutdown ------------------------------------------------------------------------------
 
     def request_stop(self, *, cancel_running: bool = False) -> None:
-        """Stop claiming; let running jobs finish within the grace period (or cancel them)."""
+        """Stop claiming; let running jobs finish within the grace period (or cancel them).
+
+        Only sets events, so it is safe in a signal handler (which runs in the main thread, maybe
+        while that thread holds ``self.lock`` or is inside a transaction); the fetch loop does
+        the database work.
+        """
         if not self.stopping.is_set():
             self.stop_deadline = time.monotonic() + self.options.grace
             self.stopping.set()
-            logger.info("stopping: %d job(s) still running", len(self.running))
         if cancel_running:
-            with self.lock:
-                for entry in self.running.values():
-                    entry.cancel.set()
+            self.cancel_requested.set()
         self.wake.set()
+
+    def _cancel_running(self) -> None:
+        """Record a cancellation request for every running job, then tell its executor.
+
+        The request is recorded first: an executor that acknowledges with ``JobCancelled``
+        ends ``cancelled`` only when a request exists (otherwise the job would be failed).
+        A heartbeat just before proves the lease is still ours, so a worker that lost a job to
+        another never asks to cancel the other's attempt. A database error leaves the rest for
+        the next pass of the fetch loop.
+        """
+        with self.lock:
+            entries = [e for e in self.running.values() if not e.cancel_recorded]
+        for entry in entries:
+            try:
+                self.store.heartbeat(entry.lease)
+                self.store.request_cancel(entry.lease.job_id)
+                logger.info("job %s cancellation requested (second signal)", entry.lease.job_id)
+            except LeaseLost:
+                pass  # no longer ours: stop the executor, whose writes are refused anyway
+            except DatabaseError:
+                logger.warning("cancellation request failed: database unavailable", exc_info=True)
+                reset_broken_connections()
+                return
+            entry.cancel_recorded = True
+            entry.cancel.set()
 
     def install_signal_handlers(self) -> None:
         """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs."""

@@ -66,8 +66,12 @@ class Command(BaseCommand):
 
     def run_processes(self, count: int) -> int:
         """Run ``count`` single-process workers and forward SIGTERM/SIGINT to all of them."""
-        argv = _without_option(sys.argv, "--processes")
-        children = [subprocess.Popen([sys.executable, *argv]) for _ in range(count)]
+        # orig_argv keeps "-m django" intact; each child gets its own process group so a
+        # group-wide Ctrl-C reaches it once, through the parent, not twice.
+        argv = _without_option(sys.orig_argv[1:], "--processes")
+        children = [
+            subprocess.Popen([sys.executable, *argv], process_group=0) for _ in range(count)
+        ]
 
         def forward(signum, frame) -> None:
             for child in children:

@@ -62,24 +62,24 @@ def execute(
     Database errors while loading the job or recording the outcome are retried (the database
     may be restarting) for as long as ``retry_until()`` says the lease may still be alive.
     """
-    started = time.monotonic()
     retry_until = retry_until or (lambda: False)
     job = persist(lambda: Job.objects.using(store.using).get(pk=lease.job_id), retry_until)
+    timeout = spec.timeout if spec else None
+    ctx = JobContext(store, lease, job, cancel_event=cancel_event, timeout=timeout)
     if spec is None:
-        outcome: tuple[str, Any] = (
-            FAILED,
+        unknown = (
             f"No operation {job.operation!r} is registered in this worker; register it with "
-            f"@operation and restart, or request a retry.",
+            f"@operation and restart, or request a retry."
         )
-    else:
-        ctx = JobContext(store, lease, job, cancel_event=cancel_event, timeout=spec.timeout)
-        outcome = _run(spec, ctx)
-    kind, error = persist(lambda: _record(store, lease, *outcome), retry_until)
-    report = ExecutionReport(
-        job.pk, job.operation, job.attempts, lease.epoch, kind, time.monotonic() - started, error
-    )
-    _log(report)
-    return report
+        return run_and_record(store, ctx, _raiser(LookupError(unknown)), retry_until=retry_until)
+    return run_and_record(store, ctx, lambda c: spec.func(c, c.payload), retry_until=retry_until)
+
+
+def _raiser(error: Exception) -> Callable[[JobContext], Any]:
+    def raise_it(ctx: JobContext) -> Any:
+        raise error
+
+    return raise_it
 
 
 def run_and_record(
@@ -124,11 +124,6 @@ def _log(report: ExecutionReport) -> None:
         report.duration,
         f" error={report.error}" if report.error else "",
     )
-
-
-def _run(spec: OperationSpec, ctx: JobContext) -> tuple[str, Any]:
-    """Run the operation's executor; return the outcome to record, without writing anything yet."""
-    return _call(lambda c: spec.func(c, c.payload), ctx)
 
 
 def _call(func: Callable[[JobContext], Any], ctx: JobContext) -> tuple[str, Any]:

@@ -93,6 +93,9 @@ class Worker:
         self.store = DurableJobStore(
             scope=options.scope, actor=actor, lease=options.lease, using=self.using, clock=clock
         )
+        # Only claim what this process can run: jobs of operations registered elsewhere (another
+        # deployment, a newer release) stay pending for a worker that knows them.
+        self.operations = options.operations or sorted(registry.all_operations())
         self.report = report or (lambda line: None)
         self.running: dict[object, Running] = {}
         self.lock = threading.Lock()
@@ -112,7 +115,7 @@ class Worker:
         self.store.register_worker(
             concurrency=self.options.concurrency,
             queues=self.options.queues,
-            operations=self.options.operations,
+            operations=self.operations,
         )
         listener = None
         if NotifyListener.supported(self.using):
@@ -187,7 +190,7 @@ class Worker:
             return []
         try:
             leases = self.store.claim_next(
-                operations=self.options.operations, queues=self.options.queues, limit=limit
+                operations=self.operations, queues=self.options.queues, limit=limit
             )
         except DatabaseError:
             logger.warning("claim failed: database unavailable", exc_info=True)

@@ -1,0 +1,67 @@
+"""The Worker loop run in this process (no signals): what it claims and what it leaves."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_durable_jobs import submit
+from django_durable_jobs.models import Job, WorkerProcess
+from django_durable_jobs.store import DurableJobStore
+from django_durable_jobs.worker import Worker, WorkerOptions
+from tests.support import submission
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def burst(**options) -> Worker:
+    worker = Worker(WorkerOptions(burst=True, poll=0.05, lease=5, concurrency=2, **options))
+    assert worker.run() == 0
+    return worker
+
+
+def test_burst_runs_registered_jobs_and_leaves_unknown_operations_pending():
+    known = [submit("tests.noop", {"n": n}) for n in range(3)]
+    stranger = DurableJobStore().defer("elsewhere.only", submission({"n": 1}))
+
+    worker = burst()
+
+    assert {Job.objects.get(pk=j.pk).status for j in known} == {"complete"}
+    assert Job.objects.get(pk=stranger.pk).status == "pending"
+    assert worker.outcomes == {"complete": 3}
+    assert WorkerProcess.objects.get(owner_id=worker.store.owner_id).state() == "stopped"
+
+
+def test_operation_and_queue_filters_limit_what_is_claimed():
+    wanted = submit("tests.noop", {"n": 1}, queue="fast")
+    other_queue = submit("tests.noop", {"n": 2}, queue="slow")
+    other_op = submit("tests.fail", {"n": 3}, queue="fast")
+
+    burst(operations=["tests.noop"], queues=["fast"])
+
+    statuses = {j.pk: Job.objects.get(pk=j.pk).status for j in (wanted, other_queue, other_op)}
+    assert statuses == {wanted.pk: "complete", other_queue.pk: "pending", other_op.pk: "pending"}
+
+
+def test_failures_are_recorded_with_the_executor_message():
+    job = submit("tests.fail", {"message": "upstream said no"})
+    worker = burst()
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.error) == ("failed", "RuntimeError: upstream said no")
+    assert worker.outcomes == {"failed": 1}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency": 0}, "--concurrency"),
+        ({"lease": 0}, "--lease"),
+        ({"poll": -1}, "--poll"),
+        ({"max_jobs": 0}, "--max-jobs"),
+        ({"grace": -1}, "--grace"),
+        ({"operations": ["no.such.op"]}, "Unknown operation"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_starts(options, message):
+    with pytest.raises(ValueError, match=message):
+        Worker(WorkerOptions(**options))
+    assert not WorkerProcess.objects.exists()

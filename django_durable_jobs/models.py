@@ -153,7 +153,11 @@ class Job(models.Model):
                 name="durable_jobs_claim_idx",
             ),
             models.Index(fields=["status", "lease_expires_at"], name="durable_jobs_lease_idx"),
-            models.Index(fields=["retry_requested_at"], name="durable_jobs_retry_idx"),
+            # Status first here too: on SQLite a bare retry_requested_at index lost to the lease
+            # index and the retry scan read every failed row (benchmarks/, 1M terminal rows).
+            models.Index(
+                fields=["status", "retry_requested_at"], name="durable_jobs_retry_status_idx"
+            ),
             models.Index(
                 fields=["scope", "operation", "created_at", "id"], name="durable_jobs_page_idx"
             ),

@@ -7,9 +7,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputInvalid, JobCancelled
+from ..errors import InputInvalid, JobCancelled, LeaseLost
 from ..execution import Execution, Identity, bind_write_fence
 from ..values import canonical_json
+from .connections import persist
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -30,6 +31,7 @@ class JobContext:
         *,
         cancel_event: threading.Event | None = None,
         timeout: float | None = None,
+        retry_until: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -41,6 +43,8 @@ class JobContext:
         self.cancel_event = cancel_event or threading.Event()
         self.lease_lost = False
         self.completed = False
+        # While the database restarts, ctx writes wait and retry instead of failing the job.
+        self.retry_until = retry_until or (lambda: False)
         identity = Identity(job.scope, store.actor, job.operation, job.idempotency_key)
         execution = Execution.start(
             identity, budget=timeout or UNBOUNDED_SECONDS, cancel_event=self.cancel_event
@@ -72,15 +76,39 @@ class JobContext:
             text = canonical_json(value)
         except (TypeError, ValueError) as exc:
             raise InputInvalid(f"The checkpoint cannot be stored as JSON: {exc}.") from exc
-        self.store.checkpoint(self.lease, text)
+        persist(lambda: self.store.checkpoint(self.lease, text), self.retry_until)
         self.checkpoint_value = json.loads(text)
 
     def progress(self, percent: float) -> None:
         """Report progress (0-100)."""
-        self.store.progress(self.lease, percent)
+        persist(lambda: self.store.progress(self.lease, percent), self.retry_until)
 
     def complete_atomically(self, mutation: Callable[[Execution], str]) -> str:
         """Write domain data and complete the job in one fenced transaction; return the receipt."""
-        receipt = self.store.complete_atomically(self.execution, mutation)
+        first = True
+
+        def attempt() -> str:
+            nonlocal first
+            try:
+                return self.store.complete_atomically(self.execution, mutation)
+            except LeaseLost:
+                # A retry after the connection dropped during COMMIT: the first try may have
+                # committed. Our own completion at our epoch is success, anything else is not.
+                stored = None if first else self.store.get(self.job_id)
+                if stored is not None and _completed_by(stored, self.lease):
+                    return stored.result
+                raise
+            finally:
+                first = False
+
+        receipt = persist(attempt, self.retry_until)
         self.completed = True
         return receipt
+
+
+def _completed_by(job: Job, lease: Lease) -> bool:
+    return (job.status, job.owner_id, job.fencing_epoch) == (
+        "complete",
+        lease.owner_id,
+        lease.epoch,
+    )

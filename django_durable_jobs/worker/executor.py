@@ -13,17 +13,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError
-
+from .. import registry
 from ..errors import InputInvalid, JobCancelled, LeaseLost
 from ..models import Job
-from .connections import reset_broken_connections
+from .connections import persist
 from .context import JobContext
 
 if TYPE_CHECKING:
-    from ..registry import OperationSpec
     from ..store import DurableJobStore, Lease
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -34,8 +32,6 @@ CANCELLED = "cancelled"
 LEASE_LOST = "lease-lost"
 RECORDED = "recorded"  # the executor completed the job itself (ctx.complete_atomically)
 ERROR_MAX_CHARS = 10_000
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,20 +48,30 @@ class ExecutionReport:
 def execute(
     store: DurableJobStore,
     lease: Lease,
-    spec: OperationSpec | None,
     cancel_event: threading.Event,
     *,
     retry_until: Callable[[], bool] | None = None,
 ) -> ExecutionReport:
-    """Run the executor of ``lease``'s job and record its outcome through the store.
+    """Run the registered executor of ``lease``'s job and record its outcome through the store.
 
-    Database errors while loading the job or recording the outcome are retried (the database
-    may be restarting) for as long as ``retry_until()`` says the lease may still be alive.
+    Database errors while loading the job, inside ``ctx`` writes, or while recording the
+    outcome are retried (the database may be restarting) for as long as ``retry_until()`` says
+    the lease may still be alive.
     """
     retry_until = retry_until or (lambda: False)
     job = persist(lambda: Job.objects.using(store.using).get(pk=lease.job_id), retry_until)
-    timeout = spec.timeout if spec else None
-    ctx = JobContext(store, lease, job, cancel_event=cancel_event, timeout=timeout)
+    logger.info(
+        "job %s %s attempt=%s epoch=%s claimed", job.pk, job.operation, job.attempts, lease.epoch
+    )
+    spec = registry.get(job.operation)
+    ctx = JobContext(
+        store,
+        lease,
+        job,
+        cancel_event=cancel_event,
+        timeout=spec.timeout if spec else None,
+        retry_until=retry_until,
+    )
     if spec is None:
         unknown = (
             f"No operation {job.operation!r} is registered in this worker; register it with "
@@ -168,18 +174,3 @@ def _message(error: Any) -> str:
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
     text = text.strip() or "The executor failed without a message."
     return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
-
-
-def persist(call: Callable[[], T], retry_until: Callable[[], bool]) -> T:
-    """Call ``call``; on a database error, reconnect and retry while ``retry_until()`` holds."""
-    delay = 0.1
-    while True:
-        try:
-            return call()
-        except DatabaseError:
-            reset_broken_connections()
-            if not retry_until():
-                raise
-            logger.warning("database unavailable; retrying in %.1fs", delay, exc_info=True)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -24,7 +25,7 @@ from .. import conf, registry
 from ..errors import LeaseLost
 from ..store import DurableJobStore, Lease
 from .connections import close_thread_connections, reset_broken_connections
-from .executor import execute, persist
+from .executor import execute
 from .listener import NotifyListener
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -70,9 +71,7 @@ class WorkerOptions:
 @dataclass
 class Running:
     lease: Lease
-    operation: str = "?"  # read by the job thread
     cancel: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
     cancel_recorded: bool = False  # this worker recorded a cancellation request (2nd signal)
 
 
@@ -103,6 +102,7 @@ class Worker:
         self.stopping = threading.Event()
         self.cancel_requested = threading.Event()  # second signal: cancel what still runs
         self.stopped = threading.Event()
+        self.jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self.idle = threading.Event()  # tests wait on this: nothing running, nothing claimable
         self.claimed = 0
         self.outcomes: Counter[str] = Counter()
@@ -124,6 +124,9 @@ class Worker:
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="durable-jobs-heartbeat")
         heartbeat.daemon = True
         heartbeat.start()
+        for n in range(self.options.concurrency):
+            name = f"durable-jobs-{n + 1}"
+            threading.Thread(target=self._job_thread, name=name, daemon=True).start()
         logger.info("worker %s started (owner %s)", self.store.actor, self.store.owner_id)
         clean = False
         try:
@@ -131,6 +134,8 @@ class Worker:
             clean = True
         finally:
             self.stopped.set()
+            for _ in range(self.options.concurrency):
+                self.jobs.put(None)  # idle job threads exit; busy ones die with the process
             heartbeat.join(timeout=self.options.lease)
             if clean:  # a crashed worker's row must go stale, not claim a clean stop
                 self._sign_off()
@@ -205,50 +210,38 @@ class Worker:
     # -- one job ---------------------------------------------------------------------------------
 
     def _start(self, lease: Lease) -> None:
-        """Run ``lease``'s job in a thread of its own.
+        """Hand ``lease``'s job to an idle job thread.
 
         No database work here: were the database to drop now, an exception would leave the
-        rest of the claimed batch unstarted, holding leases nobody runs. The job thread reads
-        the row, retrying while the lease may be alive.
+        rest of the claimed batch unstarted, holding leases nobody runs.
         """
         entry = Running(lease=lease)
         with self.lock:
             self.running[lease.job_id] = entry
             self.claimed += 1
-        entry.thread = threading.Thread(
-            target=self._execute, args=(entry,), name=f"durable-job-{lease.job_id}", daemon=True
-        )
-        entry.thread.start()
+        self.jobs.put(entry)
+
+    def _job_thread(self) -> None:
+        """Run jobs one after another on one long-lived database connection."""
+        try:
+            while (entry := self.jobs.get()) is not None:
+                self._execute(entry)
+        finally:
+            close_thread_connections()
 
     def _execute(self, entry: Running) -> None:
         lease = entry.lease
-
-        def retry_until() -> bool:
-            return self._lease_may_be_alive(lease)
-
         try:
-            job = persist(lambda: self.store.get(lease.job_id), retry_until)
-            entry.operation = job.operation if job else "?"
-            logger.info(
-                "job %s %s attempt=%s epoch=%s claimed",
-                lease.job_id,
-                entry.operation,
-                job.attempts if job else "?",
-                lease.epoch,
-            )
             report = execute(
                 self.store,
                 lease,
-                registry.get(entry.operation),
                 entry.cancel,
-                retry_until=retry_until,
+                retry_until=lambda: self._lease_may_be_alive(lease),
             )
             outcome = report.outcome
         except Exception:  # noqa: BLE001 - the lease will expire; the job stays evidence
             logger.exception("job %s: outcome could not be recorded", lease.job_id)
             outcome = "unrecorded"
-        finally:
-            close_thread_connections()
         with self.lock:
             self.outcomes[outcome] += 1
             self.running.pop(lease.job_id, None)

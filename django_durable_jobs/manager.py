@@ -28,6 +28,7 @@ from .store import DurableJobStore, Lease, Submission
 from .worker.connections import close_thread_connections, reset_broken_connections
 from .worker.context import JobContext
 from .worker.executor import ExecutionReport, run_and_record
+from .worker.heartbeat import renew_lease
 
 logger = logging.getLogger("django_durable_jobs.manager")
 
@@ -314,19 +315,14 @@ class JobManager:
         for entry in entries:
             ctx = entry.ctx
             try:
-                row = self.store.heartbeat(ctx.lease)
-            except LeaseLost as exc:
-                if entry.done.is_set():
-                    continue  # it ended meanwhile: its outcome was recorded (or refused)
-                logger.warning("job %s lease lost: %s", ctx.job_id, exc.message)
-                ctx.lease_lost = True
-                ctx.cancel_event.set()
-                continue
+                row = renew_lease(
+                    self.store, ctx.lease, ctx.cancel_event, finished=entry.done.is_set
+                )
             except DatabaseError:
                 logger.warning("heartbeat failed: database unavailable", exc_info=True)
                 reset_broken_connections()
                 return
-            entry.expires_at = row.lease_expires_at
-            if row.cancellation_requested_at is not None and not ctx.cancel_event.is_set():
-                logger.info("job %s cancellation requested", ctx.job_id)
-                ctx.cancel_event.set()
+            if row is None:
+                ctx.lease_lost = not entry.done.is_set()
+            else:
+                entry.expires_at = row.lease_expires_at

@@ -26,6 +26,7 @@ from ..errors import LeaseLost
 from ..store import DurableJobStore, Lease
 from .connections import close_thread_connections, reset_broken_connections
 from .executor import execute
+from .heartbeat import renew_lease
 from .listener import NotifyListener
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -266,14 +267,12 @@ class Worker:
             entries = list(self.running.values())
         for entry in entries:
             try:
-                row = self.store.heartbeat(entry.lease)
-                if row.cancellation_requested_at is not None and not entry.cancel.is_set():
-                    logger.info("job %s cancellation requested", entry.lease.job_id)
-                    entry.cancel.set()
-            except LeaseLost as exc:
-                entry.cancel.set()
-                if entry.lease.job_id in self.running:  # not merely finished meanwhile
-                    logger.warning("job %s lease lost: %s", entry.lease.job_id, exc.message)
+                renew_lease(
+                    self.store,
+                    entry.lease,
+                    entry.cancel,
+                    finished=lambda job_id=entry.lease.job_id: job_id not in self.running,
+                )
             except DatabaseError:
                 logger.warning("heartbeat failed: database unavailable", exc_info=True)
                 reset_broken_connections()

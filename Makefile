@@ -68,7 +68,8 @@ demo: $(VENV)/.installed
 	scripts/demo
 
 bench: $(VENV)/.installed
-	@if [ -d benchmarks ]; then $(PY) -m benchmarks; else echo "no benchmarks yet"; fi
+	$(PY) -m benchmarks
+	$(PY) -m benchmarks.worker_latency
 
 clean:
 	rm -rf $(VENV) $(VENV_DJ52) .pytest_cache .ruff_cache .hypothesis test-output build dist *.egg-info

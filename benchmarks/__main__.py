@@ -1,24 +1,26 @@
 """Claim and expiry-scan cost versus the number of terminal rows (SPEC §2).
 
 SPEC §2 promises an index that makes "find the next claimable job" and "find expired leases" cost
-the same with 10 million terminal rows as with 100. For each selected database this benchmark:
+the same with 10 million terminal rows as with 100. For each selected database engine this
+benchmark drops, recreates and migrates two databases of its own (see ``benchmarks/settings.py``):
 
-1. drops and recreates a database of its own, ``bench_durable_jobs``, and migrates it;
-2. phase A: seeds 100 terminal rows, a backlog of 50 due pending rows (kept at 50 by deferring one
-   row after every claim), 20 pending rows scheduled for tomorrow, 5 running rows with expired
-   leases and 5 with live ones; runs ANALYZE; then times ``DurableJobStore.claim_next(limit=1)``
-   (each lease is completed, untimed, so the next claim takes the next job) and the expired-lease
-   scan ``list(Job.objects.lease_expired(now)[:10])``;
-3. phase B: bulk-inserts complete/failed/cancelled rows with realistic text columns until the table
-   holds ``--terminal`` terminal rows, runs ANALYZE, and times the same two things again;
-4. prints one table for all databases with the B/A ratio of the medians, measured in the same run.
+* phase A, ``bench_durable_jobs_small``: 100 terminal rows;
+* phase B, ``bench_durable_jobs``: the same live work, plus complete/failed/cancelled rows with
+  realistic text columns bulk-loaded until it holds ``--terminal`` terminal rows.
 
-Each database is benchmarked in a child process of its own (Django settings are per process); the
-parent prints the table and exits 1 when a claim or scan median grew by more than ``--max-ratio``
-from phase A to phase B, 2 when a database could not be benchmarked at all.
+Both get a backlog of 50 due pending rows (topped up after every claim), 20 pending rows scheduled
+for tomorrow, 5 running rows whose leases expired an hour ago and 5 with live leases; both are
+ANALYZEd. Then it times ``DurableJobStore.claim_next(limit=1)`` (each lease is completed, untimed,
+so the next claim takes the next job) and the expired-lease scan
+``list(Job.objects.lease_expired(now)[:10])``, alternating A and B call by call, so that load from
+other processes on a shared machine lands on both phases alike and the B/A ratio stays honest.
 
-    .venv/bin/python -m benchmarks                      # all three databases, 1,000,000 rows
-    .venv/bin/python -m benchmarks --db sqlite,postgresql --terminal 200000
+Each engine runs in a child process of its own (Django settings are per process). The parent prints
+one table and exits 1 when a claim or scan median grew by more than ``--max-ratio`` from A to B, 2
+when an engine could not be benchmarked at all.
+
+    .venv/bin/python -m benchmarks                      # all three engines, 1,000,000 rows
+    .venv/bin/python -m benchmarks --db sqlite,postgresql --terminal 200000 --explain
 """
 
 from __future__ import annotations
@@ -36,23 +38,23 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DATABASES = ("sqlite", "postgresql", "mariadb")
-DEFAULT_TERMINAL = 1_000_000
+ENGINES = ("sqlite", "postgresql", "mariadb")
 SETTINGS_MODULE = "benchmarks.settings"
 
-OP_WORK = "bench.work"  # the operation the benchmark claims
-OP_HELD = "bench.held"  # expired leases nobody may resume: found by the scan, never claimed
+OP_WORK = "bench.work"  # what the benchmark claims
+OP_HELD = "bench.held"  # expired leases nobody may resume: the scan finds them, no claim takes them
 PHASE_A_TERMINAL = 100
 PENDING_BACKLOG = 50
 SCHEDULED_ROWS = 20
 EXPIRED_ROWS = 5
 LIVE_ROWS = 5
+HISTORY = timedelta(days=180)  # terminal rows were created over this long, oldest first
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,45 +62,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks",
         description="Claim and expired-lease scan latency with 100 vs --terminal terminal rows.",
     )
-    parser.add_argument(
-        "--db",
-        default=",".join(DATABASES),
-        help="comma-separated databases to benchmark (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--terminal",
-        type=int,
-        default=DEFAULT_TERMINAL,
-        help="terminal rows in phase B (default: %(default)s)",
-    )
-    parser.add_argument("--claims", type=int, default=200, help="timed claims per phase")
-    parser.add_argument("--scans", type=int, default=500, help="timed expiry scans per phase")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed claims/scans first")
-    parser.add_argument("--batch", type=int, default=5000, help="bulk_create batch size")
-    parser.add_argument(
-        "--max-ratio",
-        type=float,
-        default=3.0,
-        help="exit 1 when a B/A median ratio exceeds this (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--explain", action="store_true", help="print the query plans of phase B (stderr)"
-    )
-    parser.add_argument("--seed", type=int, default=2026, help="seed of the generated rows")
-    # Internal: the parent runs one child per database.
-    parser.add_argument("--child", choices=DATABASES, help=argparse.SUPPRESS)
-    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    add = parser.add_argument
+    add("--db", default=",".join(ENGINES), help="comma-separated engines (default: %(default)s)")
+    add("--terminal", type=int, default=1_000_000, help="phase B terminal rows (%(default)s)")
+    add("--claims", type=int, default=200, help="timed claims per phase (%(default)s)")
+    add("--scans", type=int, default=500, help="timed expiry scans per phase (%(default)s)")
+    add("--warmup", type=int, default=20, help="untimed claims and scans first (%(default)s)")
+    add("--batch", type=int, default=5000, help="rows per bulk-load transaction (%(default)s)")
+    add("--max-ratio", type=float, default=3.0, help="exit 1 above this B/A (%(default)s)")
+    add("--explain", action="store_true", help="print phase B's statements and plans (stderr)")
+    add("--seed", type=int, default=2026, help="seed of the generated rows (%(default)s)")
+    add("--child", choices=ENGINES, help=argparse.SUPPRESS)  # internal: one engine
+    add("--result-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    dbs = [d.strip().lower() for d in args.db.split(",") if d.strip()]
-    unknown = [d for d in dbs if d not in DATABASES]
-    if unknown or not dbs:
-        parser.error(f"--db takes a comma-separated subset of {', '.join(DATABASES)}")
-    args.dbs = list(dict.fromkeys(dbs))
-    for name in ("claims", "scans", "batch"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    if args.warmup < 0 or args.terminal < 0 or args.max_ratio <= 0:
-        parser.error("--warmup and --terminal must be >= 0 and --max-ratio > 0")
+    args.engines = list(dict.fromkeys(d.strip().lower() for d in args.db.split(",") if d.strip()))
+    if not args.engines or not set(args.engines) <= set(ENGINES):
+        parser.error(f"--db takes a comma-separated subset of {','.join(ENGINES)}")
+    if min(args.claims, args.scans, args.batch) < 1 or min(args.warmup, args.terminal) < 0:
+        parser.error("--claims, --scans and --batch must be >= 1; --warmup and --terminal >= 0")
+    if args.max_ratio <= 0:
+        parser.error("--max-ratio must be positive")
     return args
 
 
@@ -106,56 +89,40 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-# -- parent: one child process per database, then the table ------------------------------------
+# -- parent: one child process per engine, then the table ---------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         return run_child(args)
-    results: list[dict[str, Any]] = []
-    broken: list[str] = []
+    options = ["--terminal", str(args.terminal), "--claims", str(args.claims)]
+    options += ["--scans", str(args.scans), "--warmup", str(args.warmup)]
+    options += ["--batch", str(args.batch), "--seed", str(args.seed)]
+    options += ["--explain"] if args.explain else []
+    results, broken = [], []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="durable-jobs-bench-") as tmp:
-        for db in args.dbs:
-            result_file = Path(tmp) / f"{db}.json"
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks",
-                "--child",
-                db,
-                "--result-file",
-                str(result_file),
-                "--terminal",
-                str(args.terminal),
-                "--claims",
-                str(args.claims),
-                "--scans",
-                str(args.scans),
-                "--warmup",
-                str(args.warmup),
-                "--batch",
-                str(args.batch),
-                "--seed",
-                str(args.seed),
-            ]
-            if args.explain:
-                command.append("--explain")
-            env = dict(os.environ, DURABLE_JOBS_BENCH_DB=db, DJANGO_SETTINGS_MODULE=SETTINGS_MODULE)
-            log(f"== {db} ==")
+        for engine in args.engines:
+            result_file = Path(tmp) / f"{engine}.json"
+            command = [sys.executable, "-m", "benchmarks", "--child", engine]
+            command += ["--result-file", str(result_file), *options]
+            env = dict(
+                os.environ, DURABLE_JOBS_BENCH_DB=engine, DJANGO_SETTINGS_MODULE=SETTINGS_MODULE
+            )
+            log(f"== {engine} ==")
             code = subprocess.run(command, env=env, cwd=REPO_ROOT, check=False).returncode
             if code != 0 or not result_file.exists():
-                log(f"{db}: the benchmark failed (exit {code}); see the output above")
-                broken.append(db)
-                continue
-            results.append(json.loads(result_file.read_text()))
+                log(f"{engine}: the benchmark failed (exit {code}); see the output above")
+                broken.append(engine)
+            else:
+                results.append(json.loads(result_file.read_text()))
     print_report(results, time.perf_counter() - started)
     regressions = [
-        f"{r['db']} {what} median grew {ratio:.2f}x (bound {args.max_ratio:g}x)"
+        f"{r['db']} {what} median grew {r[what + '_ratio']:.2f}x (bound {args.max_ratio:g}x)"
         for r in results
-        for what, ratio in (("claim", r["claim_ratio"]), ("scan", r["scan_ratio"]))
-        if ratio > args.max_ratio
+        for what in ("claim", "scan")
+        if r[what + "_ratio"] > args.max_ratio
     ]
     for line in regressions:
         print(f"REGRESSION: {line}")
@@ -170,36 +137,39 @@ def print_report(results: list[dict[str, Any]], elapsed: float) -> None:
         f"{'db':<11} {'phase':<5} {'terminal rows':>13} {'claim median':>12} {'claim p95':>10} "
         f"{'scan median':>11} {'scan p95':>9}"
     )
-    print()
-    print("claim = DurableJobStore.claim_next(limit=1); scan = Job.objects.lease_expired(now)[:10]")
-    print("times in ms per call")
+    print("\nclaim = DurableJobStore.claim_next(limit=1), with its COMMIT")
+    print("scan  = list(Job.objects.lease_expired(now)[:10]); times in ms per call")
     print(header)
     print("-" * len(header))
     for r in results:
-        for phase in r["phases"]:
-            c, s = phase["claim_ms"], phase["scan_ms"]
-            print(
-                f"{r['db']:<11} {phase['phase']:<5} {phase['terminal_rows']:>13,} "
-                f"{c['median']:>12.3f} {c['p95']:>10.3f} {s['median']:>11.3f} {s['p95']:>9.3f}"
-            )
         a, b = r["phases"]
+        for p in (a, b):
+            c, s = p["claim_ms"], p["scan_ms"]
+            print(
+                f"{r['db']:<11} {p['phase']:<5} {p['terminal_rows']:>13,} {c['median']:>12.3f} "
+                f"{c['p95']:>10.3f} {s['median']:>11.3f} {s['p95']:>9.3f}"
+            )
+        ratios = [
+            b[what][stat] / a[what][stat]
+            for what in ("claim_ms", "scan_ms")
+            for stat in ("median", "p95")
+        ]
         print(
-            f"{r['db']:<11} {'B/A':<5} {'':>13} {r['claim_ratio']:>11.2f}x "
-            f"{b['claim_ms']['p95'] / a['claim_ms']['p95']:>9.2f}x {r['scan_ratio']:>10.2f}x "
-            f"{b['scan_ms']['p95'] / a['scan_ms']['p95']:>8.2f}x"
+            f"{r['db']:<11} {'B/A':<5} {'':>13} {ratios[0]:>11.2f}x {ratios[1]:>9.2f}x "
+            f"{ratios[2]:>10.2f}x {ratios[3]:>8.2f}x"
         )
     print()
     for r in results:
         print(
-            f"{r['db']}: {r['server']}; inserted {r['inserted']:,} rows in "
-            f"{r['insert_seconds']:.1f} s, ANALYZE {r['analyze_seconds']:.1f} s, "
-            f"job table {r['table_mb']:.0f} MB; {r['claims']} claims and {r['scans']} scans "
-            f"per phase"
+            f"{r['db']}: {r['server']}; loaded {r['inserted']:,} rows in {r['insert_seconds']:.0f} s "
+            f"({r['inserted'] / max(r['insert_seconds'], 1e-9):,.0f} rows/s), ANALYZE "
+            f"{r['analyze_seconds']:.1f} s, phase B job table {r['table_mb']:,.0f} MB; "
+            f"{r['claims']} claims and {r['scans']} scans per phase"
         )
     print(f"total {elapsed:.0f} s on {os.cpu_count()} CPU(s)")
 
 
-# -- child: one database ------------------------------------------------------------------------
+# -- child: one engine --------------------------------------------------------------------------
 
 
 def run_child(args: argparse.Namespace) -> int:
@@ -207,37 +177,33 @@ def run_child(args: argparse.Namespace) -> int:
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
     from benchmarks import settings as bench_settings
 
-    recreate_database(args.child, bench_settings.DATABASES["default"])
+    for conf in bench_settings.DATABASES.values():
+        recreate_database(args.child, conf)
 
     import django
 
     django.setup()
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
+    for alias in bench_settings.DATABASES:
+        call_command("migrate", database=alias, verbosity=0)
     result = Benchmark(args).run()
     Path(args.result_file).write_text(json.dumps(result))
     return 0
 
 
-def recreate_database(db: str, conf: dict[str, Any]) -> None:
-    """Drop and create the benchmark database with the driver (Django is not set up yet)."""
+def recreate_database(engine: str, conf: dict[str, Any]) -> None:
+    """Drop and create one benchmark database with the driver (Django is not set up yet)."""
     name = conf["NAME"]
-    if db == "sqlite":
-        path = Path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if engine == "sqlite":
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
         for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-    elif db == "postgresql":
+            Path(f"{name}{suffix}").unlink(missing_ok=True)
+    elif engine == "postgresql":
         import psycopg
 
-        with psycopg.connect(
-            host=conf["HOST"],
-            port=int(conf["PORT"]),
-            user=conf["USER"],
-            dbname="postgres",
-            autocommit=True,
-        ) as connection:
+        server = {"host": conf["HOST"], "port": int(conf["PORT"]), "user": conf["USER"]}
+        with psycopg.connect(dbname="postgres", autocommit=True, **server) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             connection.execute(f'CREATE DATABASE "{name}"')
     else:
@@ -257,143 +223,162 @@ def recreate_database(db: str, conf: dict[str, Any]) -> None:
 
 
 def summary(seconds: list[float]) -> dict[str, float]:
-    """Return median and p95 (nearest rank) in milliseconds."""
+    """Return the median and the p95 (nearest rank) in milliseconds."""
     ordered = sorted(seconds)
-    rank = max(1, math.ceil(0.95 * len(ordered)))
-    return {
-        "median": statistics.median(ordered) * 1000,
-        "p95": ordered[rank - 1] * 1000,
-        "min": ordered[0] * 1000,
-        "max": ordered[-1] * 1000,
-    }
+    p95 = ordered[max(1, math.ceil(0.95 * len(ordered))) - 1]
+    return {"median": statistics.median(ordered) * 1000, "p95": p95 * 1000}
+
+
+class Side:
+    """One phase: a database alias and the worker that claims from it."""
+
+    def __init__(self, phase: str, alias: str) -> None:
+        from django.db import connections
+
+        from django_durable_jobs.store import DurableJobStore
+
+        self.phase = phase
+        self.alias = alias
+        self.connection = connections[alias]
+        self.worker = DurableJobStore(actor="bench@localhost:1", lease=300.0, using=alias)
 
 
 class Benchmark:
-    """Seed, time phase A, grow the terminal rows, time phase B (Django is set up)."""
+    """Seed both phases, grow phase B's terminal rows, then time both phases alternately."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from django.db import connection
-
         from django_durable_jobs.models import Job
-        from django_durable_jobs.store import DurableJobStore
 
         self.args = args
-        self.db = args.child
-        self.connection = connection
+        self.engine = args.child
         self.table = Job._meta.db_table
         self.rng = random.Random(args.seed)
-        self.serial = 0  # numbers pending submissions, so their idempotency keys are unique
-        self.terminal_serial = 0
-        self.worker = DurableJobStore(actor="bench-worker@localhost:1", lease=300.0)
+        self.serial = 0  # numbers every generated row, so idempotency keys are unique
+        self.a, self.b = Side("A", "small"), Side("B", "default")
 
     def run(self) -> dict[str, Any]:
-        from django.utils import timezone
-
-        self.seed_live_work(timezone.now())
-        self.insert_terminal(PHASE_A_TERMINAL)
-        self.analyze()
-        phase_a = self.measure("A")
-        missing = max(0, self.args.terminal - self.count_terminal())
-        log(f"{self.db}: inserting {missing:,} terminal rows in batches of {self.args.batch:,}")
+        for side in (self.a, self.b):
+            self.seed_live_work(side)
+            self.insert_terminal(side, PHASE_A_TERMINAL)
+        missing = max(0, self.args.terminal - self.count_terminal(self.b))
+        log(f"{self.engine}: loading {missing:,} terminal rows into phase B")
         started = time.perf_counter()
-        self.insert_terminal(missing, progress=True)
+        self.insert_terminal(self.b, missing, progress=True)
         insert_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self.analyze()
+        for side in (self.a, self.b):
+            self.analyze(side)
         analyze_seconds = time.perf_counter() - started
-        log(f"{self.db}: inserted in {insert_seconds:.1f} s, ANALYZE took {analyze_seconds:.1f} s")
-        phase_b = self.measure("B")
+        phases = self.measure()
         if self.args.explain:
-            self.explain()
+            self.explain(self.b)
+        a, b = phases
         return {
-            "db": self.db,
+            "db": self.engine,
             "server": self.server_version(),
-            "phases": [phase_a, phase_b],
-            "claim_ratio": phase_b["claim_ms"]["median"] / phase_a["claim_ms"]["median"],
-            "scan_ratio": phase_b["scan_ms"]["median"] / phase_a["scan_ms"]["median"],
+            "phases": phases,
+            "claim_ratio": b["claim_ms"]["median"] / a["claim_ms"]["median"],
+            "scan_ratio": b["scan_ms"]["median"] / a["scan_ms"]["median"],
             "inserted": missing,
             "insert_seconds": insert_seconds,
             "analyze_seconds": analyze_seconds,
-            "table_mb": self.table_bytes() / 1e6,
+            "table_mb": self.table_bytes(self.b) / 1e6,
             "claims": self.args.claims,
             "scans": self.args.scans,
         }
 
-    # -- the live part of the table: pending backlog, scheduled, running (expired and live) ------
+    # -- live work: pending backlog, scheduled, running with expired and with live leases --------
 
-    def seed_live_work(self, now: datetime) -> None:
+    def seed_live_work(self, side: Side) -> None:
+        from django.utils import timezone
+
         from django_durable_jobs.store import DurableJobStore
 
+        now = timezone.now()
         for _ in range(PENDING_BACKLOG):
-            self.defer_pending()
+            self.defer_pending(side)
         for _ in range(SCHEDULED_ROWS):
-            self.defer_pending(run_after=now + timedelta(days=1))
-        # Workers that died an hour ago: their leases expired long since. OP_HELD is not in the
-        # benchmark's resume list, so these rows are what the scan finds and never get claimed.
+            self.defer_pending(side, run_after=now + timedelta(days=1))
         crashed = DurableJobStore(
-            actor="crashed@localhost:2", lease=30.0, clock=lambda: now - timedelta(hours=1)
+            actor="crashed@localhost:2",
+            lease=30.0,
+            using=side.alias,
+            clock=lambda: now - timedelta(hours=1),
         )
         for _ in range(EXPIRED_ROWS):
             crashed.insert(OP_HELD)
-        busy = DurableJobStore(actor="busy@localhost:3", lease=86400.0)
+        busy = DurableJobStore(actor="busy@localhost:3", lease=86400.0, using=side.alias)
         for _ in range(LIVE_ROWS):
             busy.insert(OP_WORK)
 
-    def defer_pending(self, run_after: datetime | None = None) -> None:
+    def defer_pending(self, side: Side, run_after: datetime | None = None) -> None:
         from django_durable_jobs.store import Submission
 
         self.serial += 1
         payload = {"report_id": self.serial, "tenant": f"tenant-{self.serial % 50:02d}"}
-        submission = Submission.of(None, f"bench-pending-{self.serial}", payload)
-        self.worker.defer(OP_WORK, submission, run_after=run_after)
+        submission = Submission.of(None, f"pending-{self.serial}", payload)
+        side.worker.defer(OP_WORK, submission, run_after=run_after)
 
     # -- timing ---------------------------------------------------------------------------------
 
-    def measure(self, phase: str) -> dict[str, Any]:
+    def claim_once(self, side: Side, i: int) -> float:
+        started = time.perf_counter()
+        leases = side.worker.claim_next(limit=1, resume_expired=[OP_WORK])
+        elapsed = time.perf_counter() - started
+        if len(leases) != 1:
+            raise RuntimeError(f"claim_next returned {len(leases)} leases, expected 1")
+        side.worker.complete(leases[0], {"rows": i, "ok": True})
+        self.defer_pending(side)  # keep the backlog at PENDING_BACKLOG
+        return elapsed
+
+    def scan_once(self, side: Side, i: int) -> float:
         from django.utils import timezone
 
         from django_durable_jobs.models import Job
 
-        terminal = self.count_terminal()
-        log(f"{self.db}: phase {phase}: {terminal:,} terminal rows; timing claims")
-        perf = time.perf_counter
-        claims: list[float] = []
-        for i in range(self.args.warmup + self.args.claims):
-            started = perf()
-            leases = self.worker.claim_next(limit=1, resume_expired=[OP_WORK])
-            elapsed = perf() - started
-            if len(leases) != 1:
-                raise RuntimeError(f"claim_next returned {len(leases)} leases, expected 1")
-            self.worker.complete(leases[0], {"rows": i, "ok": True})
-            self.defer_pending()  # keep the backlog at PENDING_BACKLOG
-            if i >= self.args.warmup:
-                claims.append(elapsed)
-        log(f"{self.db}: phase {phase}: timing expired-lease scans")
-        scans: list[float] = []
-        for i in range(self.args.warmup + self.args.scans):
-            now = timezone.now()
-            started = perf()
-            expired = list(Job.objects.lease_expired(now)[:10])
-            elapsed = perf() - started
-            if len(expired) != EXPIRED_ROWS:
-                raise RuntimeError(f"the scan found {len(expired)} rows, expected {EXPIRED_ROWS}")
-            if i >= self.args.warmup:
-                scans.append(elapsed)
-        return {
-            "phase": phase,
-            "terminal_rows": terminal,
-            "claim_ms": summary(claims),
-            "scan_ms": summary(scans),
-        }
+        now = timezone.now()
+        started = time.perf_counter()
+        expired = list(Job.objects.using(side.alias).lease_expired(now)[:10])
+        elapsed = time.perf_counter() - started
+        if len(expired) != EXPIRED_ROWS:
+            raise RuntimeError(f"the scan found {len(expired)} rows, expected {EXPIRED_ROWS}")
+        return elapsed
+
+    def measure(self) -> list[dict[str, Any]]:
+        """Time claims, then scans, alternating A and B (ABBA…) so drift hits both alike."""
+        counts = {side.phase: self.count_terminal(side) for side in (self.a, self.b)}
+        times: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+        steps: tuple[tuple[str, int, Callable[[Side, int], float]], ...] = (
+            ("claim", self.args.claims, self.claim_once),
+            ("scan", self.args.scans, self.scan_once),
+        )
+        for what, count, once in steps:
+            log(f"{self.engine}: timing {count} {what}s per phase, A and B alternately")
+            times["A"][what], times["B"][what] = [], []
+            for i in range(self.args.warmup + count):
+                for side in (self.a, self.b) if i % 2 == 0 else (self.b, self.a):
+                    elapsed = once(side, i)
+                    if i >= self.args.warmup:
+                        times[side.phase][what].append(elapsed)
+        return [
+            {
+                "phase": phase,
+                "terminal_rows": counts[phase],
+                "claim_ms": summary(times[phase]["claim"]),
+                "scan_ms": summary(times[phase]["scan"]),
+            }
+            for phase in ("A", "B")
+        ]
 
     # -- terminal rows --------------------------------------------------------------------------
 
-    def insert_terminal(self, count: int, *, progress: bool = False) -> None:
-        """Append ``count`` terminal rows with the driver's bulk path (COPY on PostgreSQL).
+    def insert_terminal(self, side: Side, count: int, *, progress: bool = False) -> None:
+        """Append ``count`` terminal rows through the driver's bulk path (COPY on PostgreSQL).
 
-        The ORM's bulk_create spends most of its time compiling SQL in Python (about 8,000 rows/s
-        here); the driver paths are several times faster, so 1,000,000 rows stay affordable. The
-        first row written is read back through the ORM to prove the encoding matches Django's.
+        Django's bulk_create spends most of its time compiling SQL in Python (about 8,000 rows/s
+        on the reference machine); the driver paths are several times faster, which keeps
+        1,000,000 rows affordable. The first row is read back through the ORM to prove that the
+        encoding is the one Django uses.
         """
         from django.db import transaction
         from django.utils import timezone
@@ -402,118 +387,99 @@ class Benchmark:
 
         fields = Job._meta.concrete_fields
         encoders = [self.encoder(field) for field in fields]
-        columns = ", ".join(self.connection.ops.quote_name(f.column) for f in fields)
-        now = timezone.now()
+        quote = side.connection.ops.quote_name
+        into = f"{quote(self.table)} ({', '.join(quote(f.column) for f in fields)})"
+        start = timezone.now() - HISTORY
+        step = HISTORY / max(count, 1)
         done = 0
         started = reported = time.perf_counter()
         while done < count:
             size = min(self.args.batch, count - done)
-            rows = [
-                tuple(encode(value) for encode, value in zip(encoders, row, strict=True))
-                for row in self.terminal_rows(size, now, fields)
-            ]
-            with transaction.atomic(), self.connection.cursor() as cursor:
-                if self.db == "postgresql":
-                    with cursor.cursor.copy(f"COPY {self.table} ({columns}) FROM STDIN") as copy:
+            raw = list(self.terminal_rows(size, start + step * done, step, fields))
+            rows = [tuple(enc(v) for enc, v in zip(encoders, row, strict=True)) for row in raw]
+            with transaction.atomic(using=side.alias), side.connection.cursor() as cursor:
+                if self.engine == "postgresql":
+                    with cursor.cursor.copy(f"COPY {into} FROM STDIN") as copy:
                         for row in rows:
                             copy.write_row(row)
                 else:
                     marks = ", ".join(["%s"] * len(fields))
-                    cursor.executemany(
-                        f"INSERT INTO {self.table} ({columns}) VALUES ({marks})", rows
-                    )
+                    cursor.executemany(f"INSERT INTO {into} VALUES ({marks})", rows)
             if done == 0:
-                self.check_round_trip(fields)
+                expected = dict(zip((f.attname for f in fields), raw[0], strict=True))
+                found = Job.objects.using(side.alias).filter(pk=expected["id"])
+                if found.values(*expected).first() != expected:
+                    raise RuntimeError(f"a bulk-loaded row reads back differently: {expected}")
             done += size
-            if progress and (time.perf_counter() - reported > 10 or done == count):
+            if progress and (time.perf_counter() - reported > 15 or done == count):
                 reported = time.perf_counter()
                 rate = done / (reported - started)
-                log(f"{self.db}:   {done:,}/{count:,} rows ({rate:,.0f} rows/s)")
+                log(f"{self.engine}:   {done:,}/{count:,} rows ({rate:,.0f} rows/s)")
 
-    def encoder(self, field: Any) -> Any:
-        """Return how the driver wants ``field``'s Python value (as Django would send it)."""
+    def encoder(self, field: Any) -> Callable[[Any], Any]:
+        """Return how the driver takes ``field``'s Python value (as Django would send it)."""
         from django.db import models
 
-        if self.db == "postgresql":
-            return _same  # psycopg adapts UUID and aware datetimes itself
+        if self.engine == "postgresql":
+            return _same  # psycopg adapts UUIDs and aware datetimes itself
         if isinstance(field, models.UUIDField):
-            return str if self.db == "mariadb" else _uuid_hex  # MariaDB: native uuid column
+            return str if self.engine == "mariadb" else _uuid_hex  # MariaDB has a uuid type
         if isinstance(field, models.DateTimeField):
-            return _naive_utc_text  # Django stores naive UTC text on SQLite and MariaDB
+            return _naive_utc_text  # Django stores naive UTC on SQLite and MariaDB
         return _same
 
-    def check_round_trip(self, fields: list[Any]) -> None:
-        """Read the first loaded row back with the ORM and require the values it was given."""
-        from django_durable_jobs.models import Job
-
-        expected = dict(zip((f.attname for f in fields), self.last_batch[0], strict=True))
-        got = Job.objects.filter(pk=expected["id"]).values(*expected).first()
-        if got != expected:
-            raise RuntimeError(f"bulk-loaded row reads back differently: {got} != {expected}")
-
-    def terminal_rows(self, count: int, now: datetime, fields: list[Any]) -> Iterator[tuple]:
+    def terminal_rows(
+        self, count: int, first: datetime, step: timedelta, fields: list[Any]
+    ) -> Iterator[tuple]:
         """Yield ``count`` finished jobs as the app leaves them: complete, failed or cancelled.
 
-        Each row is a tuple of Python values in the order of ``fields``; the first row of the last
-        batch is kept in ``self.last_batch`` for the round-trip check.
+        Rows come oldest first, ``step`` apart from ``first`` (history accumulates in creation
+        order); each is a tuple of Python values in the order of ``fields``.
         """
-        from django_durable_jobs.models import JobStatus
-
         names = [f.attname for f in fields]
         rng = self.rng
-        self.last_batch = []
-        for _ in range(count):
-            self.terminal_serial += 1
-            n = self.terminal_serial
+        for k in range(count):
+            self.serial += 1
+            n = self.serial
             pk = uuid.UUID(int=rng.getrandbits(128), version=4)
             scope = "default" if n % 10 < 7 else f"tenant-{n % 50:02d}"
             draw = rng.random()
-            status = (
-                JobStatus.COMPLETE
-                if draw < 0.90
-                else JobStatus.FAILED
-                if draw < 0.97
-                else JobStatus.CANCELLED
-            )
-            created = now - timedelta(seconds=rng.randrange(3600, 180 * 86400))
+            status = "complete" if draw < 0.90 else "failed" if draw < 0.97 else "cancelled"
+            created = first + step * (k + rng.random())
             claimed = created + timedelta(seconds=rng.uniform(0.01, 5))
             ended = claimed + timedelta(seconds=rng.uniform(0.05, 300))
             epoch = 1 if rng.random() < 0.95 else rng.randint(2, 4)
-            proposal = json.dumps(
+            proposal = _json(
                 {
                     "object_id": n,
                     "options": {"format": FORMATS[n % len(FORMATS)], "notify": n % 3 == 0},
                     "requested_by": f"user{n % 997}@example.com",
                     "tenant": scope,
                     "window": {"from": "2026-01-01", "to": "2026-06-30"},
-                },
-                sort_keys=True,
-                separators=(",", ":"),
+                }
             )
             result = error = checkpoint = cancel_requested = None
             progress = 100.0
-            if status == JobStatus.COMPLETE:
-                result = json.dumps(
+            if status == "complete":
+                result = _json(
                     {
                         "bytes": rng.randrange(1_000, 50_000_000),
                         "rows": rng.randrange(0, 100_000),
                         "url": f"https://files.example.com/exports/{pk}.csv.gz",
-                    },
-                    sort_keys=True,
-                    separators=(",", ":"),
+                    }
                 )
             else:
                 progress = float(rng.randrange(0, 100))
-                if status == JobStatus.FAILED:
+                if status == "failed":
                     error = ERRORS[n % len(ERRORS)].format(n=n)
                 else:
                     cancel_requested = ended - timedelta(seconds=1)
                 if rng.random() < 0.5:
-                    checkpoint = json.dumps({"cursor": n * 100, "done": int(progress)})
+                    checkpoint = _json({"cursor": n * 100, "done": int(progress)})
             values = {
                 "id": pk,
                 "operation": OPERATIONS[n % len(OPERATIONS)],
-                "status": str(status),
+                "status": status,
                 "scope": scope,
                 "idempotency_key": str(pk) if n % 2 else f"order-{n}",
                 "proposal": proposal,
@@ -538,62 +504,55 @@ class Benchmark:
                 "priority": 0 if n % 20 else 10,
                 "run_after": created,
             }
-            row = tuple(values[name] for name in names)
-            if not self.last_batch:
-                self.last_batch.append(row)
-            yield row
+            yield tuple(values[name] for name in names)
 
-    def count_terminal(self) -> int:
+    def count_terminal(self, side: Side) -> int:
         from django_durable_jobs.models import TERMINAL_STATUSES, Job
 
-        return Job.objects.filter(status__in=sorted(TERMINAL_STATUSES)).count()
+        return Job.objects.using(side.alias).filter(status__in=sorted(TERMINAL_STATUSES)).count()
 
-    # -- database specifics ---------------------------------------------------------------------
+    # -- engine specifics -----------------------------------------------------------------------
 
-    def analyze(self) -> None:
-        with self.connection.cursor() as cursor:
-            if self.db == "postgresql":
-                # VACUUM as autovacuum would after a large insert, so it does not run during the
-                # timings; ANALYZE refreshes the planner statistics.
+    def analyze(self, side: Side) -> None:
+        with side.connection.cursor() as cursor:
+            if self.engine == "postgresql":
+                # VACUUM too, as autovacuum would after a large load, so that it does not run
+                # during the timings; ANALYZE refreshes the planner statistics.
                 cursor.execute(f'VACUUM (ANALYZE) "{self.table}"')
-            elif self.db == "mariadb":
+            elif self.engine == "mariadb":
                 cursor.execute(f"ANALYZE TABLE `{self.table}`")
                 cursor.fetchall()
             else:
                 cursor.execute("ANALYZE")
 
-    def table_bytes(self) -> int:
-        with self.connection.cursor() as cursor:
-            if self.db == "postgresql":
+    def table_bytes(self, side: Side) -> int:
+        with side.connection.cursor() as cursor:
+            if self.engine == "postgresql":
                 cursor.execute("SELECT pg_total_relation_size(%s)", [self.table])
-            elif self.db == "mariadb":
+            elif self.engine == "mariadb":
                 cursor.execute(
                     "SELECT data_length + index_length FROM information_schema.tables "
                     "WHERE table_schema = DATABASE() AND table_name = %s",
                     [self.table],
                 )
-            else:
+            else:  # the whole file; the job table is nearly all of it
                 cursor.execute(
                     "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
                 )
             return int(cursor.fetchone()[0])
 
     def server_version(self) -> str:
-        with self.connection.cursor() as cursor:
-            if self.db == "sqlite":
+        with self.b.connection.cursor() as cursor:
+            if self.engine == "sqlite":
                 cursor.execute("SELECT 'SQLite ' || sqlite_version()")
-            elif self.db == "postgresql":
+            elif self.engine == "postgresql":
                 cursor.execute("SELECT 'PostgreSQL ' || current_setting('server_version')")
             else:
                 cursor.execute("SELECT CONCAT('MariaDB ', VERSION())")
             return str(cursor.fetchone()[0])
 
-    def explain(self) -> None:
+    def explain(self, side: Side) -> None:
         """Print each statement of one real claim and one scan: its time and its plan (stderr)."""
-        from django.utils import timezone
-
-        from django_durable_jobs.models import Job
-
         statements: list[tuple[str, Any, float]] = []
 
         def record(execute, sql, params, many, context):
@@ -603,22 +562,21 @@ class Benchmark:
             finally:
                 statements.append((sql, params, time.perf_counter() - started))
 
-        with self.connection.execute_wrapper(record):
-            leases = self.worker.claim_next(limit=1, resume_expired=[OP_WORK])
-            list(Job.objects.lease_expired(timezone.now())[:10])
-        for lease in leases:
-            self.worker.complete(lease)
-            self.defer_pending()
-        prefix = "EXPLAIN QUERY PLAN " if self.db == "sqlite" else "EXPLAIN "
-        log(f"-- {self.db}: statements of one claim_next(limit=1), then of the scan")
+        with side.connection.execute_wrapper(record):
+            leases = side.worker.claim_next(limit=1, resume_expired=[OP_WORK])
+            self.scan_once(side, 0)
+        side.worker.complete(leases[0])
+        self.defer_pending(side)
+        prefix = "EXPLAIN QUERY PLAN " if self.engine == "sqlite" else "EXPLAIN "
+        log(f"-- {self.engine}, phase {side.phase}: the statements of one claim, then of one scan")
         for sql, params, seconds in statements:
-            short = re.sub(r"^SELECT .*? FROM ", "SELECT ... FROM ", sql, flags=re.S)
-            log(f"{seconds * 1000:8.3f} ms  {short}")
+            log(f"{seconds * 1000:8.3f} ms  {re.sub(r'^SELECT .*? FROM ', 'SELECT … FROM ', sql)}")
             if sql.lstrip().upper().startswith("SELECT"):
-                with self.connection.cursor() as cursor:
+                with side.connection.cursor() as cursor:
                     cursor.execute(prefix + sql, params)
                     for row in cursor.fetchall():
-                        log("            plan: " + " | ".join(str(v) for v in row if v is not None))
+                        plan = " | ".join(str(v) for v in row if v is not None)
+                        log(f"            plan: {plan}")
 
 
 def _same(value: Any) -> Any:
@@ -631,6 +589,10 @@ def _uuid_hex(value: uuid.UUID) -> str:
 
 def _naive_utc_text(value: datetime | None) -> str | None:
     return None if value is None else str(value.replace(tzinfo=None))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 OPERATIONS = (

@@ -1,8 +1,11 @@
-"""Django settings for the benchmark (``python -m benchmarks``).
+"""Django settings for the terminal-rows benchmark (``python -m benchmarks``).
 
-One process benchmarks one database; ``DURABLE_JOBS_BENCH_DB`` (sqlite, postgresql or mariadb) picks
-it. The database is always ``bench_durable_jobs``, dropped and recreated by the benchmark itself, so
-it never touches the test suite's databases.
+One process benchmarks one database engine; ``DURABLE_JOBS_BENCH_DB`` (sqlite, postgresql or
+mariadb) picks it. Two databases of the benchmark's own, both dropped and recreated by it, so it
+never touches the test suite's data:
+
+* ``default`` — ``bench_durable_jobs``: phase B, grown to ``--terminal`` terminal rows;
+* ``small`` — ``bench_durable_jobs_small``: phase A, 100 terminal rows.
 """
 
 import os
@@ -13,14 +16,14 @@ from django.core.exceptions import ImproperlyConfigured
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_DIR = REPO_ROOT / "test-output"
 BENCH_DB_NAME = "bench_durable_jobs"
-SQLITE_PATH = OUTPUT_DIR / f"{BENCH_DB_NAME}.sqlite3"
+SMALL_DB_NAME = "bench_durable_jobs_small"
 
 BENCH_DB = os.environ.get("DURABLE_JOBS_BENCH_DB", "sqlite").strip().lower() or "sqlite"
 
 if BENCH_DB == "sqlite":
     _db = {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(SQLITE_PATH),
+        "NAME": str(OUTPUT_DIR / f"{BENCH_DB_NAME}.sqlite3"),
         "OPTIONS": {
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
@@ -51,7 +54,10 @@ else:
         f"DURABLE_JOBS_BENCH_DB={BENCH_DB!r} is not supported; use sqlite, postgresql or mariadb."
     )
 
-DATABASES = {"default": _db}
+_small_name = (
+    SMALL_DB_NAME if BENCH_DB != "sqlite" else str(OUTPUT_DIR / f"{SMALL_DB_NAME}.sqlite3")
+)
+DATABASES = {"default": _db, "small": dict(_db, NAME=_small_name)}
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",

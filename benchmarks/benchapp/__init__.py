@@ -1,0 +1,1 @@
+"""The operations the worker benchmark (``python -m benchmarks.worker_latency``) runs."""

@@ -1,0 +1,429 @@
+"""Worker figures: enqueue→start latency with an idle worker, and drain throughput (issue 3).
+
+For each selected database this benchmark drops and recreates a database of its own,
+``bench_worker_<db>`` (settings: ``benchmarks.worker_settings``), migrates it, and runs the real
+``manage.py runjobs`` as a subprocess against it:
+
+1. **latency, NOTIFY** (PostgreSQL only): one idle worker (``--concurrency 4``, default ``--poll
+   1``); the benchmark submits ``bench.noop`` jobs one at a time with ``submit()`` (which sends
+   NOTIFY on commit), waits for each to complete, pauses 20-60 ms so the worker is idle again, and
+   records ``claimed_at - created_at`` (enqueue→claim) and the executor's own start time minus
+   ``created_at`` (enqueue→start);
+2. **latency, poll only** (every database): the same, but each job is inserted as a valid pending
+   row *without* NOTIFY (as behind a transaction pooler, or on a database without NOTIFY), so only
+   the poll loop finds it; each lands at a random point of the poll interval, so expect about
+   half of it;
+3. **drain**: ``--drain-jobs`` pending no-op jobs inserted up front, then one ``runjobs --burst``
+   with ``--threads`` job threads; throughput = jobs / (last ``completed_at`` - first
+   ``claimed_at``), which leaves out Django's start-up (the wall time is shown too).
+
+Each database runs in a child process of its own (Django settings are per process). The parent
+prints one report and exits 1 when the NOTIFY p50 enqueue→start latency misses the 20 ms target,
+2 when a database could not be benchmarked.
+
+    .venv/bin/python -m benchmarks.worker_latency                 # sqlite and postgresql
+    .venv/bin/python -m benchmarks.worker_latency --db postgresql --latency-jobs 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATABASES = ("sqlite", "postgresql", "mariadb")
+SETTINGS_MODULE = "benchmarks.worker_settings"
+OPERATION = "bench.noop"
+NOTIFY_P50_TARGET_MS = 20.0
+WARMUP_JOBS = 10
+JOB_TIMEOUT = 30.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.worker_latency",
+        description="runjobs enqueue→start latency (idle worker) and drain throughput.",
+    )
+    parser.add_argument("--db", default="sqlite,postgresql", help="databases (%(default)s)")
+    parser.add_argument("--latency-jobs", type=int, default=200, help="jobs timed with NOTIFY")
+    parser.add_argument("--poll-jobs", type=int, default=50, help="jobs timed by polling only")
+    parser.add_argument("--poll", type=float, default=1.0, help="runjobs --poll (%(default)s s)")
+    parser.add_argument("--drain-jobs", type=int, default=2000, help="no-op jobs to drain")
+    parser.add_argument("--threads", type=int, default=4, help="runjobs --concurrency to drain")
+    parser.add_argument("--seed", type=int, default=2026, help="seed of the pauses")
+    parser.add_argument("--child", choices=DATABASES, help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    dbs = [d.strip().lower() for d in args.db.split(",") if d.strip()]
+    if not dbs or any(d not in DATABASES for d in dbs):
+        parser.error(f"--db takes a comma-separated subset of {', '.join(DATABASES)}")
+    args.dbs = list(dict.fromkeys(dbs))
+    if min(args.latency_jobs, args.poll_jobs, args.drain_jobs, args.threads) < 1:
+        parser.error("job counts and --threads must be at least 1")
+    if not args.poll > 0:
+        parser.error("--poll must be positive")
+    return args
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- parent: one child process per database, then the report -----------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return run_child(args)
+    results: list[dict[str, Any]] = []
+    broken: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="durable-jobs-worker-bench-") as tmp:
+        for db in args.dbs:
+            result_file = Path(tmp) / f"{db}.json"
+            command = [sys.executable, "-m", "benchmarks.worker_latency", "--child", db]
+            command += ["--result-file", str(result_file)]
+            for name in ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "seed"):
+                command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+            log(f"== {db} ==")
+            code = subprocess.run(command, env=child_env(db), cwd=REPO_ROOT).returncode
+            if code != 0 or not result_file.exists():
+                log(f"{db}: the benchmark failed (exit {code}); see the output above")
+                broken.append(db)
+                continue
+            results.append(json.loads(result_file.read_text()))
+    print_report(results, args)
+    if broken:
+        print(f"FAILED: no figures for {', '.join(broken)}")
+        return 2
+    missed = [
+        r["db"]
+        for r in results
+        if "notify" in r["latency"]
+        and r["latency"]["notify"]["start_ms"]["p50"] >= NOTIFY_P50_TARGET_MS
+    ]
+    for db in missed:
+        print(f"MISSED: {db} NOTIFY p50 enqueue→start is not under {NOTIFY_P50_TARGET_MS:g} ms")
+    return 1 if missed else 0
+
+
+def child_env(db: str) -> dict[str, str]:
+    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(
+        os.environ,
+        DURABLE_JOBS_WORKER_BENCH_DB=db,
+        DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
+        PYTHONPATH=pythonpath,
+    )
+
+
+def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print()
+    print("enqueue→start latency with an idle runjobs worker (ms; claim = claimed_at - created_at,")
+    print(f"start = executor start - created_at; runjobs --poll {args.poll:g})")
+    header = (
+        f"{'db':<11} {'wake-up':<10} {'jobs':>5} {'claim p50':>10} {'claim p99':>10} "
+        f"{'start p50':>10} {'start p99':>10} {'start max':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        for mode, label in (("notify", "NOTIFY"), ("poll", "poll only")):
+            lat = r["latency"].get(mode)
+            if lat:
+                c, s = lat["claim_ms"], lat["start_ms"]
+                print(
+                    f"{r['db']:<11} {label:<10} {lat['jobs']:>5} {c['p50']:>10.1f} "
+                    f"{c['p99']:>10.1f} {s['p50']:>10.1f} {s['p99']:>10.1f} {s['max']:>10.1f}"
+                )
+    print()
+    print(f"drain of no-op jobs by one runjobs process with {args.threads} job threads")
+    header = f"{'db':<11} {'jobs':>6} {'seconds':>8} {'jobs/s':>8} {'wall s':>7}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        d = r["drain"]
+        print(
+            f"{r['db']:<11} {d['jobs']:>6} {d['seconds']:>8.2f} {d['jobs_per_s']:>8.0f} "
+            f"{d['wall_seconds']:>7.2f}"
+        )
+    print()
+    by_db = {r["db"]: r for r in results}
+    pg = by_db.get("postgresql")
+    if pg and "notify" in pg["latency"]:
+        notify, poll = pg["latency"]["notify"]["start_ms"], pg["latency"]["poll"]["start_ms"]
+        print(
+            f"postgresql: NOTIFY p50 {notify['p50']:.1f} ms vs poll-only p50 {poll['p50']:.0f} ms "
+            f"({poll['p50'] / notify['p50']:.0f}x faster); target p50 < "
+            f"{NOTIFY_P50_TARGET_MS:g} ms: {'met' if notify['p50'] < NOTIFY_P50_TARGET_MS else 'MISSED'}"
+        )
+    if pg and "sqlite" in by_db:
+        ratio = pg["drain"]["jobs_per_s"] / by_db["sqlite"]["drain"]["jobs_per_s"]
+        print(f"drain throughput postgresql / sqlite: {ratio:.2f}x")
+    for r in results:
+        print(f"{r['db']}: {r['server']}")
+    print(f"{os.cpu_count()} CPU(s); Python {sys.version.split()[0]}")
+
+
+# -- child: one database --------------------------------------------------------------------------
+
+
+def run_child(args: argparse.Namespace) -> int:
+    import django
+    from django.conf import settings
+
+    recreate_database(args.child, settings.DATABASES["default"])
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    bench = WorkerBench(args)
+    try:
+        result = bench.run()
+    except BaseException:
+        log(f"{args.child}: worker logs kept in {bench.tmp}")
+        raise
+    shutil.rmtree(bench.tmp, ignore_errors=True)
+    Path(args.result_file).write_text(json.dumps(result))
+    return 0
+
+
+def recreate_database(db: str, conf: dict[str, Any]) -> None:
+    """Drop and recreate ``bench_worker_<db>`` (only ever that database)."""
+    name = conf["NAME"]
+    if db == "sqlite":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{name}{suffix}").unlink(missing_ok=True)
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+    elif db == "postgresql":
+        import psycopg
+
+        with psycopg.connect(
+            host=conf["HOST"], port=conf["PORT"], user=conf["USER"], dbname="postgres"
+        ) as connection:
+            connection.autocommit = True
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            connection.execute(f'CREATE DATABASE "{name}"')
+    else:
+        import MySQLdb
+
+        connection = MySQLdb.connect(host=conf["HOST"], port=int(conf["PORT"]), user=conf["USER"])
+        try:
+            cursor = connection.cursor()
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cursor.execute(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+            )
+        finally:
+            connection.close()
+
+
+def summary(values_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(values_ms)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+    return {
+        "p50": statistics.median(ordered),
+        "p90": pct(90),
+        "p99": pct(99),
+        "max": ordered[-1],
+        "mean": statistics.fmean(ordered),
+    }
+
+
+class Worker:
+    """A ``runjobs`` subprocess writing its log to a file."""
+
+    def __init__(self, argv: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.started = time.perf_counter()
+        with log_path.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "django", "runjobs", *argv],
+                cwd=REPO_ROOT,
+                env=dict(os.environ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait(self, timeout: float) -> float:
+        """Wait for the worker to exit 0; return the wall seconds since it was started."""
+        code = self.proc.wait(timeout=timeout)
+        if code != 0:
+            raise RuntimeError(f"runjobs exited {code}:\n{self.log_path.read_text()[-3000:]}")
+        return time.perf_counter() - self.started
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.wait(timeout=60)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class WorkerBench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from django.db import connection
+
+        self.args = args
+        self.db = args.child
+        self.vendor = connection.vendor
+        self.random = random.Random(args.seed)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"bench-worker-{self.db}-"))
+
+    def run(self) -> dict[str, Any]:
+        latency: dict[str, Any] = {}
+        worker = Worker(
+            ["--concurrency", "4", "--poll", str(self.args.poll)], self.tmp / "idle.log"
+        )
+        try:
+            for _ in range(WARMUP_JOBS):  # the worker is up, connected and (on PG) listening
+                self.run_one(self.submit)
+            if self.vendor == "postgresql":
+                log(f"{self.db}: {self.args.latency_jobs} jobs with NOTIFY")
+                latency["notify"] = self.latency(self.submit, self.args.latency_jobs)
+            log(f"{self.db}: {self.args.poll_jobs} jobs found by polling only")
+            latency["poll"] = self.latency(
+                self.insert_silently, self.args.poll_jobs, pause=self.args.poll
+            )
+            worker.stop()
+        finally:
+            worker.kill()
+        log(f"{self.db}: draining {self.args.drain_jobs} jobs with {self.args.threads} threads")
+        return {
+            "db": self.db,
+            "server": self.server_version(),
+            "latency": latency,
+            "drain": self.drain(),
+        }
+
+    # -- submitting -----------------------------------------------------------------------------
+
+    def submit(self, payload: dict[str, Any]):
+        from django_durable_jobs import submit
+
+        return submit(OPERATION, payload).pk
+
+    def insert_silently(self, payload: dict[str, Any], count: int = 1) -> Any:
+        """Insert authentic pending rows without NOTIFY; return the last id."""
+        from django.utils import timezone
+
+        from django_durable_jobs.models import Job, proposal_sha256
+        from django_durable_jobs.values import canonical_json
+
+        proposal = canonical_json(payload)
+        now = timezone.now()
+        rows = []
+        for _ in range(count):
+            pk = uuid.uuid4()
+            rows.append(
+                Job(
+                    id=pk,
+                    operation=OPERATION,
+                    status="pending",
+                    scope="default",
+                    idempotency_key=str(pk),
+                    proposal=proposal,
+                    proposal_hash=proposal_sha256(proposal),
+                    created_at=now,
+                    run_after=now,
+                )
+            )
+        Job.objects.bulk_create(rows, batch_size=500)
+        return rows[-1].pk
+
+    # -- latency --------------------------------------------------------------------------------
+
+    def run_one(self, enqueue, pause: float = 0.06) -> tuple[float, float]:
+        """Enqueue one job into an idle worker; return (claim ms, start ms) once it completed.
+
+        First pause 20 ms to ``pause`` s, so that the worker is back in its wait (and, for the
+        poll-only figures, the job lands at a random point of the poll interval: a job finishing
+        wakes the worker, which would otherwise keep every submission at the same phase).
+        """
+        from django_durable_jobs.models import Job
+
+        time.sleep(self.random.uniform(0.02, pause))
+        job_id = enqueue({"n": self.random.random()})
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while True:
+            job = Job.objects.get(pk=job_id)
+            if job.status == "complete":
+                break
+            if job.status != "pending" and job.status != "running":
+                raise RuntimeError(f"job {job_id} ended {job.status}: {job.error}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"job {job_id} still {job.status} after {JOB_TIMEOUT:g} s")
+            time.sleep(0.002)
+        created = job.created_at.timestamp()
+        started = json.loads(job.result)["started"]
+        return (job.claimed_at.timestamp() - created) * 1000, (started - created) * 1000
+
+    def latency(self, enqueue, jobs: int, pause: float = 0.06) -> dict[str, Any]:
+        samples = [self.run_one(enqueue, pause) for _ in range(jobs)]
+        return {
+            "jobs": jobs,
+            "claim_ms": summary([c for c, _ in samples]),
+            "start_ms": summary([s for _, s in samples]),
+        }
+
+    # -- drain ----------------------------------------------------------------------------------
+
+    def drain(self) -> dict[str, Any]:
+        from django.db.models import Max, Min
+
+        from django_durable_jobs.models import Job, JobAttempt
+
+        JobAttempt.objects.all().delete()  # a benchmark's own rows: start the drain from empty
+        Job.objects.all().delete()
+        jobs = self.args.drain_jobs
+        self.insert_silently({"drain": True}, count=jobs)
+        argv = ["--concurrency", str(self.args.threads), "--burst", "--poll", "0.2"]
+        worker = Worker(argv, self.tmp / "drain.log")
+        try:
+            wall = worker.wait(timeout=600)
+        finally:
+            worker.kill()
+        done = Job.objects.filter(status="complete")
+        if done.count() != jobs:
+            raise RuntimeError(f"only {done.count()} of {jobs} jobs completed")
+        span = done.aggregate(first=Min("claimed_at"), last=Max("completed_at"))
+        seconds = (span["last"] - span["first"]).total_seconds()
+        return {
+            "jobs": jobs,
+            "threads": self.args.threads,
+            "seconds": seconds,
+            "jobs_per_s": jobs / seconds,
+            "wall_seconds": wall,
+        }
+
+    def server_version(self) -> str:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            if self.vendor == "sqlite":
+                cursor.execute("SELECT sqlite_version()")
+                return f"SQLite {cursor.fetchone()[0]}"
+            cursor.execute("SELECT version()")
+            return cursor.fetchone()[0].split(" on ")[0].split(",")[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

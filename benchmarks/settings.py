@@ -9,55 +9,19 @@ never touches the test suite's data:
 """
 
 import os
-from pathlib import Path
 
-from django.core.exceptions import ImproperlyConfigured
+from benchmarks.databases import database
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-OUTPUT_DIR = REPO_ROOT / "test-output"
 BENCH_DB_NAME = "bench_durable_jobs"
 SMALL_DB_NAME = "bench_durable_jobs_small"
 
 BENCH_DB = os.environ.get("DURABLE_JOBS_BENCH_DB", "sqlite").strip().lower() or "sqlite"
 
-if BENCH_DB == "sqlite":
-    _db = {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(OUTPUT_DIR / f"{BENCH_DB_NAME}.sqlite3"),
-        "OPTIONS": {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        },
-    }
-elif BENCH_DB == "postgresql":
-    _db = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": BENCH_DB_NAME,
-        "USER": "postgres",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1",
-        "PORT": "5432",
-    }
-elif BENCH_DB == "mariadb":
-    _db = {
-        "ENGINE": "django.db.backends.mysql",
-        "NAME": BENCH_DB_NAME,
-        "USER": "root",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1",
-        "PORT": "3306",
-        "OPTIONS": {"charset": "utf8mb4"},
-    }
-else:
-    raise ImproperlyConfigured(
-        f"DURABLE_JOBS_BENCH_DB={BENCH_DB!r} is not supported; use sqlite, postgresql or mariadb."
-    )
-
-_small_name = (
-    SMALL_DB_NAME if BENCH_DB != "sqlite" else str(OUTPUT_DIR / f"{SMALL_DB_NAME}.sqlite3")
-)
-DATABASES = {"default": _db, "small": dict(_db, NAME=_small_name)}
+_db = database(BENCH_DB, BENCH_DB_NAME, "DURABLE_JOBS_BENCH_DB")
+DATABASES = {
+    "default": _db,
+    "small": database(BENCH_DB, SMALL_DB_NAME, "DURABLE_JOBS_BENCH_DB"),
+}
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",

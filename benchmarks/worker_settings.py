@@ -6,53 +6,14 @@ and recreated by the benchmark, so it never touches the test suite's or another 
 """
 
 import os
-from pathlib import Path
 
-from django.core.exceptions import ImproperlyConfigured
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-OUTPUT_DIR = REPO_ROOT / "test-output"
+from benchmarks.databases import OUTPUT_DIR, database
 
 BENCH_DB = os.environ.get("DURABLE_JOBS_WORKER_BENCH_DB", "sqlite").strip().lower() or "sqlite"
 BENCH_DB_NAME = f"bench_worker_{BENCH_DB}"
 SQLITE_PATH = OUTPUT_DIR / f"{BENCH_DB_NAME}.sqlite3"
 
-if BENCH_DB == "sqlite":
-    _db = {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(SQLITE_PATH),
-        "OPTIONS": {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        },
-    }
-elif BENCH_DB == "postgresql":
-    _db = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": BENCH_DB_NAME,
-        "USER": "postgres",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1",
-        "PORT": "5432",
-    }
-elif BENCH_DB == "mariadb":
-    _db = {
-        "ENGINE": "django.db.backends.mysql",
-        "NAME": BENCH_DB_NAME,
-        "USER": "root",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1",
-        "PORT": "3306",
-        "OPTIONS": {"charset": "utf8mb4"},
-    }
-else:
-    raise ImproperlyConfigured(
-        f"DURABLE_JOBS_WORKER_BENCH_DB={BENCH_DB!r} is not supported; use sqlite, postgresql or "
-        f"mariadb."
-    )
-
-DATABASES = {"default": _db}
+DATABASES = {"default": database(BENCH_DB, BENCH_DB_NAME, "DURABLE_JOBS_WORKER_BENCH_DB")}
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",

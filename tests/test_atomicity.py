@@ -164,13 +164,20 @@ def test_complete_atomically_refuses_a_coroutine_receipt_without_a_never_awaited
     assert_untouched(job, store)
 
 
-def test_complete_atomically_by_a_stale_owner_after_reclaim_is_refused_without_running_mutation():
+def reclaimed_from_old_owner():
+    """Return (old store, new store, job, old owner's fenced execution) after the new owner
+    reclaimed the expired job."""
     clock = FakeClock()
     old = DurableJobStore(actor="old", lease=LEASE, clock=clock)
     new = DurableJobStore(actor="new", lease=LEASE, clock=clock)
     _old_lease, job, old_execution = running_job(old)
     clock.advance(LEASE + 1)
     new.claim(job.pk)
+    return old, new, job, old_execution
+
+
+def test_complete_atomically_by_a_stale_owner_after_reclaim_is_refused_without_running_mutation():
+    old, new, job, old_execution = reclaimed_from_old_owner()
     before = db_state()
     called: list[bool] = []
 
@@ -494,12 +501,7 @@ def test_finalize_atomically_refused_bookkeeping_result_leaves_pending_finalizat
 
 
 def test_finalize_atomically_with_a_stale_lease_never_raises_and_runs_no_bookkeeping():
-    clock = FakeClock()
-    old = DurableJobStore(actor="old", lease=LEASE, clock=clock)
-    new = DurableJobStore(actor="new", lease=LEASE, clock=clock)
-    _old_lease, job, old_execution = running_job(old)
-    clock.advance(LEASE + 1)
-    new.claim(job.pk)
+    old, new, job, old_execution = reclaimed_from_old_owner()
     called: list[bool] = []
     before = db_state()
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import models
+from django.db.models import Case, F, Q, Value, When
+
+from .expressions import IsJson, Utf8Sha256
+
+TERMINAL = ("complete", "failed", "cancelled", "orphaned")
 
 
 class JobQuerySet(models.QuerySet):
@@ -19,8 +24,8 @@ class JobQuerySet(models.QuerySet):
         planners pick the lease index over the claim index, which already has the claim order.
         """
         return self.filter(
+            Q(owner_id__isnull=True) | Q(owner_id=""),
             status="pending",
-            owner_id__isnull=True,
             fencing_epoch=0,
             attempts=0,
             run_after__lte=now,
@@ -52,3 +57,38 @@ class JobQuerySet(models.QuerySet):
 
     def in_claim_order(self) -> JobQuerySet:
         return self.order_by("-priority", "run_after", "created_at", "id")
+
+    def with_ownership(self, now: datetime) -> JobQuerySet:
+        """Annotate ``ownership_sql``: the §2 assessment computed by the database.
+
+        It agrees with ``models.assess_ownership`` row for row (tests prove it on every database),
+        so admin filters and API queries can select by ownership without reading rows into Python.
+        """
+        no_owner_id = Q(owner_id__isnull=True) | Q(owner_id="")
+        authentic = no_owner_id & Q(
+            status="pending",
+            lease_expires_at__isnull=True,
+            fencing_epoch=0,
+            attempts=0,
+            proposal__isnull=False,
+            _proposal_is_json=True,
+            proposal_hash=F("_proposal_sha256"),
+        )
+        no_owner = no_owner_id | Q(lease_expires_at__isnull=True) | ~Q(status="running")
+        return self.annotate(
+            _proposal_is_json=IsJson("proposal"),
+            _proposal_sha256=Utf8Sha256("proposal"),
+        ).annotate(
+            ownership_sql=Case(
+                When(status__in=TERMINAL, then=Value("terminal")),
+                When(authentic, then=Value("unclaimed")),
+                When(no_owner, then=Value("legacy-unknown")),
+                When(lease_expires_at__lte=now, then=Value("expired")),
+                default=Value("current"),
+                output_field=models.CharField(),
+            )
+        )
+
+    def with_ownership_state(self, state: str, now: datetime) -> JobQuerySet:
+        """Return the rows whose ownership assessment is ``state``."""
+        return self.with_ownership(now).filter(ownership_sql=state)

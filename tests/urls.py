@@ -1,3 +1,13 @@
-"""URLconf for the test suite; API tests override ROOT_URLCONF or add routes here."""
+"""URLconf for the test suite: the admin, and the REST API once django_durable_jobs.api exists."""
 
-urlpatterns: list = []
+from importlib.util import find_spec
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
+
+if find_spec("django_durable_jobs.api") is not None:
+    from django_durable_jobs.api import api
+
+    urlpatterns.append(path("jobs/api/", api.urls))

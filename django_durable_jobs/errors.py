@@ -17,6 +17,7 @@ __all__ = [
     "LeaseLost",
     "LockPolicyConflict",
     "NotReclaimable",
+    "PayloadTooLarge",
     "ScopeMismatch",
     "TransactionOwned",
 ]
@@ -39,6 +40,13 @@ class JobError(Exception):
 
 class InputInvalid(JobError):
     code = "E_JOB_INPUT_INVALID"
+
+
+class PayloadTooLarge(InputInvalid):
+    """A proposal, checkpoint, result or message over ``DURABLE_JOBS['MAX_PAYLOAD_BYTES']``.
+
+    Still ``E_JOB_INPUT_INVALID`` (§3); the subclass lets an HTTP API answer 413.
+    """
 
 
 class CapacityReached(JobError):

@@ -7,11 +7,11 @@ import json
 import math
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from . import conf
-from .errors import InputInvalid
+from .errors import InputInvalid, PayloadTooLarge
 
 NAME_MAX = 200
 KEY_MAX = 255
@@ -49,7 +49,20 @@ def name(value: Any, what: str, max_length: int = NAME_MAX) -> str:
         raise InputInvalid(f"A {what} is 1-{max_length} characters of text; got {value!r}.")
     if CONTROL_RE.search(value):
         raise InputInvalid(f"A {what} may not contain control characters; got {value!r}.")
+    encodable(value, what)
     return value
+
+
+def encodable(text: str, what: str) -> str:
+    """Refuse text that has no UTF-8 form (a lone surrogate): it cannot be stored or hashed."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputInvalid(
+            f"The {what} holds a lone surrogate at position {exc.start}, which UTF-8 cannot "
+            f"encode; send well-formed Unicode."
+        ) from None
+    return text
 
 
 def idempotency_key(value: Any) -> str:
@@ -73,6 +86,7 @@ def json_text(value: Any, what: str) -> str:
         )
     if not isinstance(value, str):
         raise InputInvalid(f"The {what} must be JSON text (a str); got {type(value).__name__}.")
+    encodable(value, what)
     try:
         loads_strict(value)
     except ValueError as exc:
@@ -94,7 +108,7 @@ def check_size(text: str, what: str) -> None:
     cap = payload_cap()
     size = utf8_size(text)
     if size > cap:
-        raise InputInvalid(
+        raise PayloadTooLarge(
             f"The {what} is {size} UTF-8 bytes, over the {cap}-byte cap "
             f"(DURABLE_JOBS['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
         )
@@ -109,8 +123,15 @@ def percent(value: Any) -> float:
 
 
 def aware(value: Any, what: str) -> datetime:
+    """Return an aware datetime every supported database can store (UTC years 1000-9998)."""
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise InputInvalid(f"{what} must be an aware datetime; got {value!r}.")
+    try:
+        year = value.astimezone(UTC).year
+    except OverflowError:
+        year = 0
+    if not 1000 <= year <= 9998:
+        raise InputInvalid(f"{what} must fall in the years 1000-9998 (UTC); got {value!r}.")
     return value
 
 

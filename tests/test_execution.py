@@ -291,9 +291,17 @@ def test_each_error_class_carries_its_documented_code(cls):
 
 
 def test_every_public_error_class_has_a_distinct_documented_code():
+    # PayloadTooLarge refines InputInvalid (same §3 code) so an HTTP API can answer 413.
+    refinements = {errors.PayloadTooLarge}
     public = {getattr(errors, name) for name in errors.__all__} - {JobError, ExecutionStopped}
-    assert public == set(DOCUMENTED_CODES)
+    assert public - refinements == set(DOCUMENTED_CODES)
     assert len(set(DOCUMENTED_CODES.values())) == len(DOCUMENTED_CODES)
+
+
+def test_payload_too_large_is_input_invalid_with_its_code():
+    error = errors.PayloadTooLarge("too big")
+    assert isinstance(error, errors.InputInvalid)
+    assert error.code == "E_JOB_INPUT_INVALID"
 
 
 def test_job_cancelled_is_a_job_error_with_a_default_message():

@@ -56,6 +56,15 @@ def check_settings(app_configs=None, **kwargs) -> list:
                 "DURABLE_JOBS['LEASE_SECONDS'] must be a positive number.", id="durable_jobs.E005"
             )
         )
+    resolver = raw.get("SCOPE_RESOLVER")
+    if resolver is not None and (not isinstance(resolver, str) or not resolver.strip()):
+        errors.append(
+            Error(
+                "DURABLE_JOBS['SCOPE_RESOLVER'] must be None or the dotted path of a callable "
+                "(request) -> scope.",
+                id="durable_jobs.E007",
+            )
+        )
     return errors
 
 

@@ -6,6 +6,9 @@ Defaults:
 ``MAX_PAYLOAD_BYTES``   ``1_048_576`` — cap on proposals, checkpoints and results, in UTF-8 bytes.
 ``DATABASE``            ``"default"`` — the alias the worker, admin and API use for the job tables.
 ``LEASE_SECONDS``       ``30.0`` — lease length used by workers unless told otherwise.
+``SCOPE_RESOLVER``      ``None`` — dotted path to ``callable(request) -> scope`` that gives a REST API
+                        caller's scope; ``None`` uses the bearer token's scope, or ``DEFAULT_SCOPE``
+                        for a session user (``django_durable_jobs.api.auth.default_scope``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1_048_576,
     "DATABASE": "default",
     "LEASE_SECONDS": 30.0,
+    "SCOPE_RESOLVER": None,
 }
 
 

@@ -10,6 +10,7 @@ import hashlib
 import uuid
 from datetime import datetime
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -268,3 +269,37 @@ class WorkerProcess(models.Model):
         if (now - self.heartbeat_at).total_seconds() > self.lease_seconds:
             return WORKER_STALE
         return WORKER_ALIVE
+
+
+class ApiToken(models.Model):
+    """A bearer token of the REST API, bound to one user and one scope.
+
+    Only the SHA-256 of the secret is stored; the full token (``djt_<prefix>_<secret>``) is shown
+    once, when ``manage.py jobs token create`` makes it. ``prefix`` is public and finds the row;
+    the secret's hash is then compared in constant time.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="durable_jobs_api_tokens",
+    )
+    scope = models.CharField(max_length=NAME_MAX)
+    name = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    prefix = models.CharField(max_length=16, unique=True)
+    token_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        state = "revoked" if self.revoked_at else "active"
+        return f"{self.name or self.prefix} ({self.scope}, {state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

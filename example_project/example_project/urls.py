@@ -1,4 +1,9 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from django_durable_jobs.api import api
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("jobs/api/", api.urls),
+]

@@ -1,0 +1,222 @@
+"""The endpoints: submit, list, get, attempts, cancel, retry. Every write goes through the store.
+
+Each view resolves the caller's scope and works through a ``DurableJobStore`` of that scope, so a
+job of another scope is exactly as invisible as a missing one (404, absent from lists).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.core import signing
+from django.db.models import Q
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from ninja import Query, Router, Status
+from ninja.errors import AuthorizationError
+
+from .. import conf, registry, validation
+from ..errors import InputInvalid, JobError
+from ..models import Job, JobAttempt, assess_ownership
+from ..store import DurableJobStore, Submission
+from . import auth, schemas
+from .errors import JobNotFound, error_body, error_response
+
+CURSOR_SALT = "django_durable_jobs.api.list"
+LIMIT_MAX = 100
+
+E = schemas.ErrorOut
+READ_ERRORS = {401: E, 403: E, 404: E, 422: E}
+
+router = Router(auth=auth.AUTH, tags=["jobs"])
+
+
+def refusals(view):
+    """Answer JobError and permission refusals as ``{"code", "message"}`` wherever mounted."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any):
+        try:
+            return view(request, *args, **kwargs)
+        except JobError as exc:
+            return error_response(exc)
+        except AuthorizationError as exc:
+            return JsonResponse(error_body("E_API_FORBIDDEN", str(exc)), status=403)
+
+    return wrapper
+
+
+def _store(request: HttpRequest) -> DurableJobStore:
+    return DurableJobStore(
+        scope=auth.scope_of(request), actor=auth.actor_of(request), using=conf.get("DATABASE")
+    )
+
+
+def _job(store: DurableJobStore, job_id: uuid.UUID) -> Job:
+    job = store.get(job_id)
+    if job is None:
+        raise JobNotFound(f"There is no job {job_id}.")
+    return job
+
+
+def _proposal_text(body: schemas.SubmitIn) -> str:
+    given = body.model_fields_set
+    if "proposal" in given and body.proposal is not None and "payload" in given:
+        raise InputInvalid("Give the input as `payload` (JSON) or `proposal` (text), not both.")
+    if body.proposal is not None:
+        text = body.proposal
+    elif "payload" in given:
+        text = Submission.of(None, None, body.payload).proposal
+    else:
+        text = "{}"
+    return text  # the store checks it: JSON, UTF-8, the size cap (PayloadTooLarge → 413)
+
+
+@router.post(
+    "/jobs",
+    response={200: schemas.JobOut, 201: schemas.JobOut, 409: E, 413: E, 429: E, **READ_ERRORS},
+    summary="Submit a job (201 new, 200 the same job again)",
+)
+@refusals
+def submit_job(request: HttpRequest, body: schemas.SubmitIn):
+    auth.require(request, "add")
+    store = _store(request)
+    operation = validation.operation(body.operation)
+    if registry.get(operation) is None:
+        raise InputInvalid(f"Unknown operation {operation!r}; no @operation registered it.")
+    text = _proposal_text(body)
+    key = body.idempotency_key
+    new_id = uuid.uuid4()
+    job = store.defer(
+        operation,
+        Submission(scope=store.scope, idempotency_key=key, proposal=text),
+        job_id=new_id,
+        queue=body.queue,
+        priority=body.priority,
+        run_after=body.run_after,
+    )
+    return Status(201 if job.pk == new_id else 200, schemas.detail(job))
+
+
+def _cursor_binding(scope: str, operation, status, ownership, limit: int) -> dict[str, Any]:
+    return {"s": scope, "o": operation, "st": status, "ow": ownership, "l": limit}
+
+
+def _read_cursor(cursor: str, binding: dict[str, Any]) -> tuple[datetime, uuid.UUID]:
+    refusal = InputInvalid(
+        "This cursor was not issued for this caller and these filters (or was altered); "
+        "start again without `cursor`."
+    )
+    try:
+        data = signing.loads(cursor, salt=CURSOR_SALT)
+        if not isinstance(data, dict) or {k: data.get(k) for k in binding} != binding:
+            raise refusal
+        return datetime.fromisoformat(data["t"]), uuid.UUID(data["i"])
+    except (signing.BadSignature, KeyError, TypeError, ValueError, AttributeError):
+        raise refusal from None
+
+
+@router.get(
+    "/jobs",
+    response={200: schemas.JobPageOut, **READ_ERRORS},
+    summary="List jobs of your scope, oldest first, in cursor pages",
+)
+@refusals
+def list_jobs(
+    request: HttpRequest,
+    operation: str | None = None,
+    status: schemas.Status | None = None,
+    ownership: schemas.Ownership | None = None,
+    limit: int = Query(25, ge=1, le=LIMIT_MAX),
+    cursor: str | None = None,
+):
+    auth.require(request, "view")
+    scope = auth.scope_of(request)
+    binding = _cursor_binding(scope, operation, status, ownership, limit)
+    now = timezone.now()
+    rows = Job.objects.using(conf.get("DATABASE")).in_scope(scope)
+    if operation is not None:
+        rows = rows.filter(operation=operation)
+    if status is not None:
+        rows = rows.filter(status=status)
+    if ownership is not None:
+        rows = rows.with_ownership_state(ownership, now)
+    if cursor:
+        created, last_id = _read_cursor(cursor, binding)
+        rows = rows.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id))
+    page = list(rows.order_by("created_at", "id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    next_cursor = None
+    if more:
+        last = page[-1]
+        next_cursor = signing.dumps(
+            {**binding, "t": last.created_at.isoformat(), "i": str(last.pk)}, salt=CURSOR_SALT
+        )
+    items = []
+    for row in page:
+        row.ownership = assess_ownership(row, now)
+        items.append(schemas.summary(row))
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@router.get("/jobs/{job_id}", response={200: schemas.JobOut, **READ_ERRORS}, summary="Get a job")
+@refusals
+def get_job(request: HttpRequest, job_id: uuid.UUID):
+    auth.require(request, "view")
+    return schemas.detail(_job(_store(request), job_id))
+
+
+@router.get(
+    "/jobs/{job_id}/attempts",
+    response={200: list[schemas.AttemptOut], **READ_ERRORS},
+    summary="The ended attempts of a job, oldest first",
+)
+@refusals
+def job_attempts(request: HttpRequest, job_id: uuid.UUID):
+    auth.require(request, "view")
+    store = _store(request)
+    job = _job(store, job_id)
+    rows = JobAttempt.objects.using(store.using).filter(job_id=job.pk).order_by("epoch", "id")
+    return [schemas.attempt(row) for row in rows]
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response={200: schemas.ActionOut, 409: E, **READ_ERRORS},
+    summary="Request cancellation (a pending job ends now; a running one is asked to stop)",
+)
+@refusals
+def cancel_job(request: HttpRequest, job_id: uuid.UUID):
+    auth.require(request, "cancel")
+    store = _store(request)
+    _job(store, job_id)
+    accepted = store.request_cancel(job_id)
+    job = _job(store, job_id)
+    if accepted:
+        message = "Cancellation requested." if job.status != "cancelled" else "Cancelled."
+    else:
+        message = f"Nothing to cancel: the job is already {job.status}."
+    return {"accepted": accepted, "message": message, "job": schemas.summary(job)}
+
+
+@router.post(
+    "/jobs/{job_id}/retry",
+    response={200: schemas.ActionOut, 409: E, **READ_ERRORS},
+    summary="Request a new attempt of a failed, cancelled or expired job",
+)
+@refusals
+def retry_job(request: HttpRequest, job_id: uuid.UUID):
+    auth.require(request, "retry")
+    store = _store(request)
+    _job(store, job_id)
+    accepted = store.request_retry(job_id)
+    job = _job(store, job_id)
+    if accepted:
+        message = "Retry requested; a worker will start a new attempt."
+    else:
+        message = f"Nothing to retry: the job has not ended (it is {job.status})."
+    return {"accepted": accepted, "message": message, "job": schemas.summary(job)}

@@ -1,0 +1,96 @@
+"""Bearer tokens of the REST API: made once, stored as a SHA-256 hash, looked up by a public prefix.
+
+A token reads ``djt_<prefix>_<secret>``. The prefix (12 hex digits) is public and finds the row;
+the secret (43 URL-safe characters) is never stored, only ``sha256(secret)``, which is compared in
+constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from .. import conf, validation
+from ..errors import InputInvalid
+from ..models import ApiToken
+
+TOKEN_PREFIX = "djt"
+TOKEN_RE = re.compile(r"^djt_([0-9a-f]{12})_([A-Za-z0-9_\-]{20,128})$")
+_DUMMY_HASH = hashlib.sha256(b"not-a-token").hexdigest()
+
+
+def hash_secret(secret: str) -> str:
+    """Return the lowercase hex SHA-256 of the secret's UTF-8 bytes."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A new token: ``token`` is the only copy of the secret and is shown once."""
+
+    row: ApiToken
+    token: str
+
+
+def _alias() -> str:
+    return conf.get("DATABASE")
+
+
+def create_token(user, scope: str, name: str = "") -> IssuedToken:
+    """Create a token for ``user`` acting in ``scope``; return it with its one-time text."""
+    scope = validation.name(scope, "scope")
+    if name:
+        validation.name(name, "token name")
+    if user is None or not getattr(user, "pk", None):
+        raise InputInvalid("A token needs a saved user.")
+    alias = _alias()
+    for _ in range(5):
+        prefix = secrets.token_hex(6)
+        if not ApiToken.objects.using(alias).filter(prefix=prefix).exists():
+            break
+    else:  # pragma: no cover - 48 random bits colliding five times
+        raise InputInvalid("Could not pick a free token prefix; try again.")
+    secret = secrets.token_urlsafe(32)
+    row = ApiToken.objects.using(alias).create(
+        user=user, scope=scope, name=name or "", prefix=prefix, token_hash=hash_secret(secret)
+    )
+    return IssuedToken(row=row, token=f"{TOKEN_PREFIX}_{prefix}_{secret}")
+
+
+def authenticate_token(text: str) -> ApiToken | None:
+    """Return the active token ``text`` names (its user active too), or None. Never raises."""
+    if not isinstance(text, str):
+        return None
+    match = TOKEN_RE.match(text.strip())
+    if match is None:
+        return None
+    prefix, secret = match.groups()
+    row = (
+        ApiToken.objects.using(_alias())
+        .select_related("user")
+        .filter(prefix=prefix, revoked_at__isnull=True)
+        .first()
+    )
+    expected = row.token_hash if row is not None else _DUMMY_HASH
+    if not hmac.compare_digest(expected, hash_secret(secret)) or row is None:
+        return None
+    if not row.user.is_active:
+        return None
+    now = timezone.now()
+    ApiToken.objects.using(_alias()).filter(pk=row.pk).update(last_used_at=now)
+    row.last_used_at = now
+    return row
+
+
+def revoke_token(token_id: int) -> bool:
+    """Revoke the token with primary key ``token_id``; False when there is no active one."""
+    return bool(
+        ApiToken.objects.using(_alias())
+        .filter(pk=token_id, revoked_at__isnull=True)
+        .update(revoked_at=timezone.now())
+    )

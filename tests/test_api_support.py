@@ -1,0 +1,108 @@
+"""Shared fixtures of the REST API tests (users, tokens, clients, a store in real time).
+
+Holds no tests itself; the ``test_api_*`` files import its fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.utils import timezone
+
+from django_durable_jobs.api.tokens import create_token
+from django_durable_jobs.store import DurableJobStore
+from tests.support import FakeClock, db_state, submission
+
+BASE = "/jobs/api"
+ALL_PERMS = ("view_job", "add_job", "cancel_job", "retry_job")
+OP = "tests.noop"
+
+
+def make_user(username: str, perms: tuple[str, ...] = ALL_PERMS, **extra: Any) -> User:
+    user = User.objects.create_user(username=username, password="pw", **extra)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="durable_jobs", codename__in=perms)
+    )
+    return User.objects.get(pk=user.pk)  # fresh: no stale permission cache
+
+
+class Api:
+    """A test client speaking JSON to the API with a bearer token (or a session)."""
+
+    def __init__(self, token: str | None = None, client: Client | None = None) -> None:
+        self.client = client or Client()
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def get(self, path: str, **params: Any):
+        return self.client.get(BASE + path, params, headers=self.headers)
+
+    def post(self, path: str, body: Any = None, raw: str | None = None, **headers: str):
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.client.post(
+            BASE + path, data, content_type="application/json", headers={**self.headers, **headers}
+        )
+
+
+@pytest.fixture
+def now_clock() -> FakeClock:
+    """A movable clock starting at the real now, so the API (real time) sees current leases."""
+    return FakeClock(now=timezone.now())
+
+
+@pytest.fixture
+def user(db) -> User:
+    return make_user("alice")
+
+
+@pytest.fixture
+def token(user) -> str:
+    return create_token(user, "red", "tests").token
+
+
+@pytest.fixture
+def api(token) -> Api:
+    return Api(token)
+
+
+@pytest.fixture
+def red(now_clock) -> DurableJobStore:
+    """A store of the token's scope ("red")."""
+    return DurableJobStore(scope="red", actor="worker-red", clock=now_clock)
+
+
+@pytest.fixture
+def blue(now_clock) -> DurableJobStore:
+    """A store of another scope ("blue")."""
+    return DurableJobStore(scope="blue", actor="worker-blue", clock=now_clock)
+
+
+def refused(response, status: int, code: str, before: str) -> dict:
+    """Assert a JSON refusal with ``status`` and ``code`` that left the database unchanged."""
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert set(body) == {"code", "message"}, body
+    assert body["code"] == code
+    assert body["message"]
+    assert db_state() == before
+    return body
+
+
+__all__ = [
+    "ALL_PERMS",
+    "BASE",
+    "OP",
+    "Api",
+    "api",
+    "blue",
+    "make_user",
+    "now_clock",
+    "red",
+    "refused",
+    "submission",
+    "token",
+    "user",
+]

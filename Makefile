@@ -27,8 +27,10 @@ venv-dj52: $(VENV_DJ52)/.installed
 
 # Runs once per make invocation (also under -j): installs mysqlclient build headers if
 # missing and starts PostgreSQL and MariaDB if they are down. Fails loudly otherwise.
+# ensure-browser installs Debian's chromium for tests/test_admin_browser.py (warns, never fails).
 services:
 	scripts/ensure-services
+	scripts/ensure-browser
 
 # Reinstalled only when pyproject.toml changes (or after `make clean`).
 $(VENV)/.installed: pyproject.toml | services

@@ -1,14 +1,38 @@
-"""Read-only admin views of jobs and their attempts: rows are evidence, never edited here."""
+"""Read-only admin views of jobs, attempts and workers: rows are evidence, never edited here.
+
+The two actions (*Request cancellation*, *Request retry*) call :class:`DurableJobStore`, the only
+writer, once per selected row and report per row what happened.
+"""
 
 from __future__ import annotations
 
-from django.contrib import admin
+import uuid
+from collections.abc import Iterable
 
-from .models import Job, JobAttempt, WorkerProcess
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
+
+from . import admin_helpers as fmt
+from .admin_filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
+from .errors import JobError, NotReclaimable
+from .models import (
+    TERMINAL_STATUSES,
+    Job,
+    JobAttempt,
+    JobStatus,
+    WorkerProcess,
+    assess_ownership,
+)
+
+LISTED_IDS = 10
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
+    """No add, change or delete for anybody (superusers included); viewing as Django decides."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
@@ -20,45 +44,413 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class JobAttemptInline(admin.TabularInline):
     model = JobAttempt
-    fields = ("epoch", "outcome", "claimed_by", "started_at", "ended_at", "error")
+    fields = ("epoch", "outcome", "claimed_by", "owner_id", "started_at", "ended_at", "error")
     readonly_fields = fields
-    ordering = ("-epoch",)
+    ordering = ("-epoch", "-id")
     extra = 0
     can_delete = False
+    show_change_link = False
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+LARGE_TEXT = ("proposal", "checkpoint", "result", "error")
+
+
+class JobChangeList(ChangeList):
+    """The job list reads no payload columns: a page of 100 rows stays small however big they are.
+
+    The ownership assessment still reads the proposal inside the database (``ownership_sql``).
+    """
+
+    def get_queryset(self, request, exclude_parameters=None):
+        return super().get_queryset(request, exclude_parameters).defer(*LARGE_TEXT)
+
+
+def _worker_column(field: str) -> Subquery:
+    rows = WorkerProcess.objects.filter(owner_id=OuterRef("owner_id")).values(field)[:1]
+    return Subquery(rows)
+
+
+def _ids(jobs: Iterable[Job]) -> str:
+    jobs = list(jobs)
+    shown = ", ".join(str(job.pk) for job in jobs[:LISTED_IDS])
+    return shown + (f" and {len(jobs) - LISTED_IDS} more" if len(jobs) > LISTED_IDS else "")
+
+
+def _n(count: int, singular: str, plural: str) -> str:
+    return f"{count} {singular if count == 1 else plural}"
 
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
-        "operation",
         "status",
-        "ownership",
-        "claimed_by",
-        "fencing_epoch",
+        "operation",
+        "scope",
+        "ownership_badge",
         "attempts",
-        "progress",
-        "created_at",
+        "epoch",
+        "progress_bar",
+        "heartbeat_age",
+        "lease_expiry",
+        "claimed_by",
+        "owner_worker",
     )
-    list_filter = ("status", "operation", "queue")
-    search_fields = ("id", "idempotency_key")
+    list_filter = ("status", OwnershipFilter, OperationFilter, ScopeFilter, QueueFilter)
+    search_fields = ("id", "idempotency_key")  # see get_search_results: exact matches only
+    search_help_text = "A job id (exact UUID) or an idempotency key (exact)."
+    ordering = ("-created_at", "-id")
+    list_per_page = 100
     show_full_result_count = False
+    paginator = fmt.EstimatedCountPaginator
+    actions = ["request_cancellation", "request_retry"]
     inlines = [JobAttemptInline]
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "operation",
+                    "status",
+                    "ownership_now",
+                    "owner_worker_detail",
+                    "scope",
+                    "queue",
+                    "priority",
+                    "idempotency_key",
+                    "diagnostic",
+                )
+            },
+        ),
+        (
+            "Lease",
+            {
+                "fields": (
+                    "owner_id",
+                    "claimed_by",
+                    "claimed_at",
+                    "fencing_epoch",
+                    "attempts",
+                    "heartbeat_at",
+                    "heartbeat_age",
+                    "lease_expires_at",
+                    "lease_expiry",
+                )
+            },
+        ),
+        (
+            "Timeline",
+            {
+                "fields": (
+                    "created_at",
+                    "run_after",
+                    "completed_at",
+                    "cancellation_requested_at",
+                    "retry_requested_at",
+                    "checkpoint_at",
+                    "progress_bar",
+                )
+            },
+        ),
+        (
+            "Payloads",
+            {
+                "fields": (
+                    "proposal_pretty",
+                    "proposal_stored",
+                    "proposal_hash",
+                    "checkpoint_pretty",
+                    "checkpoint_stored",
+                    "result_pretty",
+                    "result_stored",
+                    "error_text",
+                )
+            },
+        ),
+    )
+    readonly_fields = tuple(name for _, options in fieldsets for name in options["fields"])
+
+    # -- queryset ---------------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return JobChangeList
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .with_ownership(timezone.now())
+            .annotate(
+                worker_heartbeat_at=_worker_column("heartbeat_at"),
+                worker_stopped_at=_worker_column("stopped_at"),
+                worker_lease_seconds=_worker_column("lease_seconds"),
+            )
+        )
+
+    def get_search_results(self, request, queryset, search_term):
+        """Match an exact job id (when the term is a UUID) or an exact idempotency key."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            job_id = uuid.UUID(term)
+        except ValueError:
+            return queryset.filter(idempotency_key=term), False
+        return queryset.filter(pk=job_id) | queryset.filter(idempotency_key=term), False
+
+    # -- columns ----------------------------------------------------------------------------------
+
+    @admin.display(description="ownership")
+    def ownership_badge(self, obj: Job):
+        state = getattr(obj, "ownership_sql", None) or assess_ownership(obj, timezone.now())
+        return fmt.ownership_badge(state)
+
+    @admin.display(description="epoch", ordering="fencing_epoch")
+    def epoch(self, obj: Job) -> int:
+        return obj.fencing_epoch
+
+    @admin.display(description="progress", ordering="progress")
+    def progress_bar(self, obj: Job):
+        return fmt.progress_bar(obj.progress)
+
+    @admin.display(description="heartbeat", ordering="heartbeat_at")
+    def heartbeat_age(self, obj: Job) -> str:
+        return fmt.relative(obj.heartbeat_at, timezone.now())
+
+    @admin.display(description="lease expires", ordering="lease_expires_at")
+    def lease_expiry(self, obj: Job) -> str:
+        return fmt.relative(obj.lease_expires_at, timezone.now())
+
+    def _owner_worker_state(self, obj: Job) -> str | None:
+        if obj.status != JobStatus.RUNNING or not obj.owner_id:
+            return None
+        if not hasattr(obj, "worker_heartbeat_at"):
+            row = WorkerProcess.objects.filter(owner_id=obj.owner_id).first()
+            if row is None:
+                return fmt.WORKER_UNKNOWN
+            return row.state(timezone.now())
+        return fmt.worker_state(
+            obj.worker_heartbeat_at,
+            obj.worker_stopped_at,
+            obj.worker_lease_seconds,
+            timezone.now(),
+        )
+
+    @admin.display(description="owner worker")
+    def owner_worker(self, obj: Job):
+        state = self._owner_worker_state(obj)
+        return "-" if state is None else fmt.worker_badge(state)
+
+    # -- detail fields ----------------------------------------------------------------------------
+
+    @admin.display(description="ownership (now)")
+    def ownership_now(self, obj: Job):
+        return fmt.ownership_badge(assess_ownership(obj, timezone.now()))
+
+    @admin.display(description="owner's worker")
+    def owner_worker_detail(self, obj: Job):
+        state = self._owner_worker_state(obj)
+        if state is None:
+            return "- (only running jobs have an owner at work)"
+        return fmt.worker_badge(state)
+
+    @admin.display(description="diagnostic error")
+    def diagnostic(self, obj: Job) -> str:
+        return obj.diagnostic_error or "-"
+
+    @admin.display(description="proposal (pretty)")
+    def proposal_pretty(self, obj: Job):
+        return fmt.pretty_json(obj.proposal)
+
+    @admin.display(description="proposal (stored text)")
+    def proposal_stored(self, obj: Job):
+        return fmt.stored_text(obj.proposal)
+
+    @admin.display(description="checkpoint (pretty)")
+    def checkpoint_pretty(self, obj: Job):
+        return fmt.pretty_json(obj.checkpoint)
+
+    @admin.display(description="checkpoint (stored text)")
+    def checkpoint_stored(self, obj: Job):
+        return fmt.stored_text(obj.checkpoint)
+
+    @admin.display(description="result (pretty)")
+    def result_pretty(self, obj: Job):
+        return fmt.pretty_json(obj.result)
+
+    @admin.display(description="result (stored text)")
+    def result_stored(self, obj: Job):
+        return fmt.stored_text(obj.result)
+
+    @admin.display(description="error")
+    def error_text(self, obj: Job):
+        return fmt.stored_text(obj.error)
+
+    def banners(self, obj: Job) -> list[dict[str, str]]:
+        """Return the warnings a person must see first on the detail page."""
+        found = []
+        if obj.cancellation_requested_at is not None:
+            at = obj.cancellation_requested_at.isoformat()
+            if obj.status in TERMINAL_STATUSES:
+                text = f"Cancellation requested at {at}; the job has ended ({obj.status})."
+            else:
+                text = f"Cancellation requested at {at}; waiting for the owner to stop."
+            found.append({"kind": "cancel", "text": text})
+        if obj.retry_requested_at is not None:
+            at = obj.retry_requested_at.isoformat()
+            found.append(
+                {
+                    "kind": "retry",
+                    "text": f"Retry requested at {at}; a worker will start a new attempt "
+                    f"from {obj.run_after.isoformat()}.",
+                }
+            )
+        diagnostic = obj.diagnostic_error
+        if diagnostic:
+            found.append({"kind": "diagnostic", "text": f"Diagnostic error: {diagnostic}"})
+        return found
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        obj = self.get_object(request, admin.utils.unquote(object_id))
+        extra_context["durable_jobs_banners"] = self.banners(obj) if obj is not None else []
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def has_cancel_job_permission(self, request) -> bool:
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.cancel_job")
+
+    def has_retry_job_permission(self, request) -> bool:
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.retry_job")
+
+    def _store(self, request):
+        from .store import DurableJobStore
+
+        return DurableJobStore(actor=f"admin:{request.user.get_username()}"[:200])
+
+    @admin.action(description="Request cancellation", permissions=["cancel_job"])
+    def request_cancellation(self, request, queryset):
+        store = self._store(request)
+        recorded, at_once, finished, failed = [], [], [], []
+        for job in queryset.order_by("created_at", "id"):
+            try:
+                accepted = store.request_cancel(job.pk)
+            except JobError as exc:
+                failed.append((job, exc))
+                continue
+            if not accepted:
+                finished.append(job)
+            elif job.status == JobStatus.PENDING:
+                at_once.append(job)
+            else:
+                recorded.append(job)
+        total = len(recorded) + len(at_once)
+        parts = [_n(total, "cancellation request recorded", "cancellation requests recorded")]
+        if at_once:
+            parts.append(
+                _n(len(at_once), "pending job was", "pending jobs were")
+                + f" cancelled at once ({_ids(at_once)})"
+            )
+        if recorded:
+            parts.append(
+                _n(len(recorded), "running job", "running jobs")
+                + f" will stop when the owner sees the request ({_ids(recorded)})"
+            )
+        if finished:
+            parts.append(
+                _n(len(finished), "job was", "jobs were")
+                + f" already finished and kept their results ({_ids(finished)})"
+            )
+        level = messages.SUCCESS if total else messages.WARNING
+        self.message_user(request, "; ".join(parts) + ".", level)
+        for job, exc in failed:
+            self.message_user(request, f"Job {job.pk}: {exc}", messages.ERROR)
+
+    @admin.action(description="Request retry", permissions=["retry_job"])
+    def request_retry(self, request, queryset):
+        store = self._store(request)
+        recorded, not_ended, refused, failed = [], [], [], []
+        for job in queryset.order_by("created_at", "id"):
+            try:
+                accepted = store.request_retry(job.pk)
+            except NotReclaimable as exc:
+                refused.append((job, exc))
+                continue
+            except JobError as exc:
+                failed.append((job, exc))
+                continue
+            (recorded if accepted else not_ended).append(job)
+        parts = [_n(len(recorded), "retry request recorded", "retry requests recorded")]
+        if recorded:
+            parts[0] += f" ({_ids(recorded)})"
+        if not_ended:
+            parts.append(
+                _n(len(not_ended), "job has", "jobs have")
+                + f" not ended yet and need no retry ({_ids(not_ended)})"
+            )
+        if refused:
+            parts.append(_n(len(refused), "retry was refused", "retries were refused"))
+        level = messages.SUCCESS if recorded else messages.WARNING
+        self.message_user(request, "; ".join(parts) + ".", level)
+        for job, exc in refused:
+            self.message_user(
+                request, f"Retry refused for job {job.pk}: {exc.message}", level=messages.WARNING
+            )
+        for job, exc in failed:
+            self.message_user(request, f"Job {job.pk}: {exc}", messages.ERROR)
 
 
 @admin.register(JobAttempt)
 class JobAttemptAdmin(ReadOnlyAdmin):
-    list_display = ("job", "epoch", "outcome", "claimed_by", "started_at", "ended_at")
-    list_filter = ("outcome",)
+    list_display = ("job", "operation", "epoch", "outcome", "claimed_by", "started_at", "ended_at")
+    list_filter = ("outcome", "job__operation")
+    list_select_related = ("job",)
+    ordering = ("-ended_at", "-id")
+    show_full_result_count = False
+    paginator = fmt.EstimatedCountPaginator
+
+    def get_queryset(self, request):
+        large = ("snapshot", "error", *(f"job__{name}" for name in LARGE_TEXT))
+        return super().get_queryset(request).defer(*large)
+
+    @admin.display(description="operation", ordering="job__operation")
+    def operation(self, obj: JobAttempt) -> str:
+        return obj.job.operation
 
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(ReadOnlyAdmin):
-    list_display = ("actor", "host", "pid", "state", "leases_held", "heartbeat_at", "stopped_at")
+    list_display = (
+        "actor",
+        "host",
+        "pid",
+        "state_badge",
+        "leases_held",
+        "concurrency",
+        "heartbeat_age",
+        "started_at",
+        "stopped_at",
+        "owner_id",
+    )
+    search_fields = ("actor", "host", "owner_id")
 
     @admin.display(description="state")
-    def state(self, obj: WorkerProcess) -> str:
-        return obj.state()
+    def state_badge(self, obj: WorkerProcess):
+        return fmt.worker_badge(obj.state(timezone.now()))
+
+    @admin.display(description="heartbeat", ordering="heartbeat_at")
+    def heartbeat_age(self, obj: WorkerProcess) -> str:
+        return fmt.relative(obj.heartbeat_at, timezone.now())

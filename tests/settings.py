@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.admin",
+    "django.contrib.staticfiles",  # live_server serves the admin CSS to the browser test
     "django_durable_jobs",
     "tests.testapp",
 ]

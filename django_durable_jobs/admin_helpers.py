@@ -1,0 +1,162 @@
+"""Formatting and paging helpers of the admin: pure functions of a row, plus a cheap paginator."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django.core.paginator import Paginator
+from django.db import connections
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from .models import (
+    CURRENT,
+    EXPIRED,
+    LEGACY_UNKNOWN,
+    TERMINAL_OWNERSHIP,
+    UNCLAIMED,
+    WORKER_ALIVE,
+    WORKER_STALE,
+    WORKER_STOPPED,
+)
+from .validation import loads_strict
+
+OWNERSHIP_COLOURS = {
+    CURRENT: "#1e7e34",
+    EXPIRED: "#c0392b",
+    UNCLAIMED: "#2c6fbb",
+    LEGACY_UNKNOWN: "#8e44ad",
+    TERMINAL_OWNERSHIP: "#6c757d",
+}
+WORKER_UNKNOWN = "unknown"
+WORKER_COLOURS = {
+    WORKER_ALIVE: "#1e7e34",
+    WORKER_STALE: "#c0392b",
+    WORKER_STOPPED: "#6c757d",
+    WORKER_UNKNOWN: "#8e44ad",
+}
+
+
+def badge(text: str, colour: str):
+    """Return a small coloured label; ``text`` is escaped."""
+    return format_html(
+        '<span class="durable-jobs-badge" style="background:{};color:#fff;padding:1px 6px;'
+        'border-radius:8px;white-space:nowrap">{}</span>',
+        colour,
+        text,
+    )
+
+
+def ownership_badge(state: str):
+    return badge(state, OWNERSHIP_COLOURS.get(state, "#333"))
+
+
+def worker_badge(state: str):
+    return badge(state, WORKER_COLOURS.get(state, "#333"))
+
+
+def progress_bar(percent: float | None):
+    """Return an HTML bar for a 0-100 progress value (clamped for display only)."""
+    value = 0.0 if percent is None else max(0.0, min(100.0, float(percent)))
+    return format_html(
+        '<div class="durable-jobs-progress" title="{}%" style="width:100px;background:#e9ecef;'
+        'border-radius:3px;height:10px;display:inline-block;vertical-align:middle">'
+        '<div style="width:{}%;background:#417690;height:10px;border-radius:3px"></div></div>'
+        " {}%",
+        f"{value:g}",
+        f"{value:.0f}",
+        f"{value:.0f}",
+    )
+
+
+def _span(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 120:
+        return f"{int(seconds)} s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)} min"
+    if seconds < 172800:
+        return f"{int(seconds // 3600)} h"
+    return f"{int(seconds // 86400)} d"
+
+
+def relative(moment: datetime | None, now: datetime) -> str:
+    """Return ``"12 s ago"`` for a past moment, ``"in 18 s"`` for a future one, ``"-"`` for None."""
+    if moment is None:
+        return "-"
+    delta = (moment - now).total_seconds()
+    if delta < 0:
+        return f"{_span(delta)} ago"
+    return f"in {_span(delta)}"
+
+
+def worker_state(
+    heartbeat_at: datetime | None,
+    stopped_at: datetime | None,
+    lease_seconds: float | None,
+    now: datetime,
+) -> str:
+    """Return the ``WorkerProcess.state()`` of annotated columns, or ``unknown`` without a row."""
+    if heartbeat_at is None:
+        return WORKER_UNKNOWN
+    if stopped_at is not None:
+        return WORKER_STOPPED
+    if (now - heartbeat_at).total_seconds() > (lease_seconds or 0):
+        return WORKER_STALE
+    return WORKER_ALIVE
+
+
+def pretty_json(text: str | None):
+    """Return stored JSON text indented in a ``<pre>``, or a note when it is absent or not JSON."""
+    if text is None:
+        return "-"
+    try:
+        value = loads_strict(text)
+    except (TypeError, ValueError):
+        return format_html(
+            '<em class="durable-jobs-not-json">not valid JSON (see stored text)</em>'
+        )
+    return format_html(
+        '<pre class="durable-jobs-json">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
+    )
+
+
+def stored_text(text: str | None):
+    """Return the exact stored text in a ``<pre>``; ``-`` when NULL."""
+    if text is None:
+        return "-"
+    return format_html('<pre class="durable-jobs-raw">{}</pre>', text)
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator that does not ``COUNT(*)`` a whole big table on PostgreSQL.
+
+    For an unfiltered queryset on PostgreSQL it counts at most ``exact_below`` rows (a bounded
+    subquery); past that it uses the planner's estimate (``pg_class.reltuples``). A filtered
+    queryset, or any other database, gets the exact count.
+    """
+
+    exact_below = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        qs = self.object_list
+        query = getattr(qs, "query", None)
+        if query is None or query.where or getattr(qs, "db", None) is None:
+            return super().count
+        connection = connections[qs.db]
+        if connection.vendor != "postgresql":
+            return super().count
+        table = qs.model._base_manager.using(qs.db).order_by().values("pk")
+        bounded = table[: self.exact_below + 1].count()
+        if bounded <= self.exact_below:
+            return bounded
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                [qs.model._meta.db_table],
+            )
+            row = cursor.fetchone()
+        estimate = int(row[0]) if row and row[0] is not None else -1
+        return max(estimate, bounded)

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import functools
 import uuid
-from datetime import datetime
 from typing import Any
 
-from django.core import signing
-from django.db.models import Q
 from django.http import HttpRequest, JsonResponse
-from django.utils import timezone
 from ninja import Query, Router, Status
 from ninja.errors import AuthorizationError
 
 from .. import conf, registry, validation
-from ..errors import InputInvalid, JobError
-from ..models import Job, JobAttempt, assess_ownership
+from ..errors import InputInvalid, JobError, ScopeMismatch
+from ..models import Job, JobAttempt
 from ..store import DurableJobStore, Submission
 from . import auth, schemas
 from .errors import JobNotFound, error_body, error_response
@@ -101,24 +97,6 @@ def submit_job(request: HttpRequest, body: schemas.SubmitIn):
     return Status(201 if job.pk == new_id else 200, schemas.detail(job))
 
 
-def _cursor_binding(scope: str, operation, status, ownership, limit: int) -> dict[str, Any]:
-    return {"s": scope, "o": operation, "st": status, "ow": ownership, "l": limit}
-
-
-def _read_cursor(cursor: str, binding: dict[str, Any]) -> tuple[datetime, uuid.UUID]:
-    refusal = InputInvalid(
-        "This cursor was not issued for this caller and these filters (or was altered); "
-        "start again without `cursor`."
-    )
-    try:
-        data = signing.loads(cursor, salt=CURSOR_SALT)
-        if not isinstance(data, dict) or {k: data.get(k) for k in binding} != binding:
-            raise refusal
-        return datetime.fromisoformat(data["t"]), uuid.UUID(data["i"])
-    except (signing.BadSignature, KeyError, TypeError, ValueError, AttributeError):
-        raise refusal from None
-
-
 @router.get(
     "/jobs",
     response={200: schemas.JobPageOut, **READ_ERRORS},
@@ -134,33 +112,19 @@ def list_jobs(
     cursor: str | None = None,
 ):
     auth.require(request, "view")
-    scope = auth.scope_of(request)
-    binding = _cursor_binding(scope, operation, status, ownership, limit)
-    now = timezone.now()
-    rows = Job.objects.using(conf.get("DATABASE")).in_scope(scope)
-    if operation is not None:
-        rows = rows.filter(operation=operation)
-    if status is not None:
-        rows = rows.filter(status=status)
-    if ownership is not None:
-        rows = rows.with_ownership_state(ownership, now)
-    if cursor:
-        created, last_id = _read_cursor(cursor, binding)
-        rows = rows.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id))
-    page = list(rows.order_by("created_at", "id")[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    next_cursor = None
-    if more:
-        last = page[-1]
-        next_cursor = signing.dumps(
-            {**binding, "t": last.created_at.isoformat(), "i": str(last.pk)}, salt=CURSOR_SALT
+    try:
+        page = _store(request).page(
+            operation=operation, status=status, ownership=ownership, limit=limit, after=cursor
         )
-    items = []
-    for row in page:
-        row.ownership = assess_ownership(row, now)
-        items.append(schemas.summary(row))
-    return {"items": items, "next_cursor": next_cursor}
+    except ScopeMismatch as exc:  # a foreign or altered cursor is bad input here, not a 404
+        raise InputInvalid(
+            "This cursor was not issued for this caller and these filters (or was altered); "
+            "start again without `cursor`."
+        ) from exc
+    return {
+        "items": [schemas.summary(row) for row in page.candidates],
+        "next_cursor": page.next_cursor,
+    }
 
 
 @router.get("/jobs/{job_id}", response={200: schemas.JobOut, **READ_ERRORS}, summary="Get a job")

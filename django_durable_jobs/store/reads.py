@@ -13,7 +13,7 @@ from .. import validation
 from ..dbvendor import check_execution
 from ..errors import InputInvalid, ScopeMismatch
 from ..execution import Execution
-from ..models import Job, JobStatus
+from ..models import OWNERSHIP_STATES, Job, JobStatus
 from ..values import CandidatePage, PageQuery
 from .base import StoreBase
 
@@ -72,12 +72,7 @@ class ReadMixin(StoreBase):
         rows = self._jobs().filter(operation=op)
         if status is not None:
             rows = rows.filter(status=status)
-        if query.after is not None:
-            created, last_id = _read_cursor(query.after, binding)
-            rows = rows.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id))
-        page = list(rows.order_by("created_at", "id")[: limit + 1])
-        has_more = len(page) > limit
-        page = page[:limit]
+        page, has_more, cursor = _keyset_page(rows, binding, limit, query.after)
         for row in page:
             size = sum(validation.utf8_size(t) for t in (row.proposal, row.checkpoint, row.result))
             if size > cap:
@@ -86,18 +81,73 @@ class ReadMixin(StoreBase):
                     f"raise max_payload_bytes (at most {PAGE_BYTES_MAX}) or read it with get()."
                 )
         now = self._now()
-        cursor = None
-        if has_more:
-            last = page[-1]
-            cursor = signing.dumps(
-                {**binding, "t": last.created_at.isoformat(), "i": str(last.pk)}, salt=CURSOR_SALT
-            )
         return CandidatePage(
             candidates=[self._annotate(row, now) for row in page],
             scanned_count=len(page),
             has_more=has_more,
             next_cursor=cursor,
         )
+
+    def page(
+        self,
+        *,
+        operation: str | None = None,
+        status: str | None = None,
+        ownership: str | None = None,
+        limit: int = 25,
+        after: str | None = None,
+    ) -> CandidatePage:
+        """Return one keyset page of this scope's jobs, oldest first, for triage surfaces.
+
+        Unlike :meth:`list_page` it needs no execution and may span operations or filter by
+        ownership (computed by the database). ``next_cursor`` is signed and bound to this store's
+        scope and the filters; any other use, or an altered cursor, is ``ScopeMismatch``.
+        """
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= PAGE_LIMIT_MAX
+        ):
+            raise InputInvalid(
+                f"limit is a whole number from 1 to {PAGE_LIMIT_MAX}; got {limit!r}."
+            )
+        rows = self._jobs()
+        if operation is not None:
+            rows = rows.filter(operation=validation.operation(operation))
+        if status is not None:
+            rows = rows.filter(status=_status(status))
+        now = self._now()
+        if ownership is not None:
+            if ownership not in OWNERSHIP_STATES:
+                raise InputInvalid(
+                    f"Unknown ownership {ownership!r}; use one of {', '.join(OWNERSHIP_STATES)}."
+                )
+            rows = rows.with_ownership_state(ownership, now)
+        binding = {"s": self.scope, "o": operation, "st": status, "ow": ownership, "l": limit}
+        page, has_more, cursor = _keyset_page(rows, binding, limit, after)
+        return CandidatePage(
+            candidates=[self._annotate(row, now) for row in page],
+            scanned_count=len(page),
+            has_more=has_more,
+            next_cursor=cursor,
+        )
+
+
+def _keyset_page(rows, binding: dict[str, Any], limit: int, after: Any) -> tuple[list, bool, Any]:
+    """Return (rows after the cursor, whether more follow, the signed cursor of the next page)."""
+    if after is not None:
+        created, last_id = _read_cursor(after, binding)
+        rows = rows.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id))
+    page = list(rows.order_by("created_at", "id")[: limit + 1])
+    has_more = len(page) > limit
+    page = page[:limit]
+    cursor = None
+    if has_more:
+        last = page[-1]
+        cursor = signing.dumps(
+            {**binding, "t": last.created_at.isoformat(), "i": str(last.pk)}, salt=CURSOR_SALT
+        )
+    return page, has_more, cursor
 
 
 def _read_cursor(cursor: Any, binding: dict[str, Any]) -> tuple[datetime, uuid.UUID]:
@@ -110,7 +160,7 @@ def _read_cursor(cursor: Any, binding: dict[str, Any]) -> tuple[datetime, uuid.U
         raise foreign
     try:
         data = signing.loads(cursor, salt=CURSOR_SALT)
-        if {k: data.get(k) for k in binding} != binding:
+        if not isinstance(data, dict) or {k: data.get(k) for k in binding} != binding:
             raise foreign
         return datetime.fromisoformat(data["t"]), uuid.UUID(data["i"])
     except (signing.BadSignature, KeyError, TypeError, ValueError, AttributeError):

@@ -17,6 +17,7 @@ from django.utils import timezone
 from . import admin_helpers as fmt
 from .admin_filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
 from .errors import JobError, NotReclaimable
+from .humanize import relative
 from .models import (
     TERMINAL_STATUSES,
     Job,
@@ -225,11 +226,11 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="heartbeat", ordering="heartbeat_at")
     def heartbeat_age(self, obj: Job) -> str:
-        return fmt.relative(obj.heartbeat_at, timezone.now())
+        return relative(obj.heartbeat_at, timezone.now())
 
     @admin.display(description="lease expires", ordering="lease_expires_at")
     def lease_expiry(self, obj: Job) -> str:
-        return fmt.relative(obj.lease_expires_at, timezone.now())
+        return relative(obj.lease_expires_at, timezone.now())
 
     def _owner_worker_state(self, obj: Job) -> str | None:
         if obj.status != JobStatus.RUNNING or not obj.owner_id:
@@ -453,4 +454,4 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
 
     @admin.display(description="heartbeat", ordering="heartbeat_at")
     def heartbeat_age(self, obj: WorkerProcess) -> str:
-        return fmt.relative(obj.heartbeat_at, timezone.now())
+        return relative(obj.heartbeat_at, timezone.now())

@@ -70,27 +70,6 @@ def progress_bar(percent: float | None):
     )
 
 
-def _span(seconds: float) -> str:
-    seconds = abs(seconds)
-    if seconds < 120:
-        return f"{int(seconds)} s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)} min"
-    if seconds < 172800:
-        return f"{int(seconds // 3600)} h"
-    return f"{int(seconds // 86400)} d"
-
-
-def relative(moment: datetime | None, now: datetime) -> str:
-    """Return ``"12 s ago"`` for a past moment, ``"in 18 s"`` for a future one, ``"-"`` for None."""
-    if moment is None:
-        return "-"
-    delta = (moment - now).total_seconds()
-    if delta < 0:
-        return f"{_span(delta)} ago"
-    return f"in {_span(delta)}"
-
-
 def worker_state(
     heartbeat_at: datetime | None,
     stopped_at: datetime | None,

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from .humanize import relative as age
 from .models import Job, JobAttempt
 
 LIST_COLUMNS = (
@@ -25,25 +26,6 @@ LIST_COLUMNS = (
     ("claimed_by", "CLAIMED BY"),
     ("heartbeat", "HEARTBEAT"),
 )
-
-
-def age(moment: datetime | None, now: datetime) -> str:
-    """Return ``moment`` relative to ``now``: "12 s ago", "in 18 s", or "-" when unset."""
-    if moment is None:
-        return "-"
-    seconds = (now - moment).total_seconds()
-    text = _span(abs(seconds))
-    return f"{text} ago" if seconds >= 0 else f"in {text}"
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
 
 
 def list_row(job: Job, ownership: str, now: datetime) -> dict[str, Any]:

@@ -143,7 +143,12 @@ def bump(value: int, maximum: int, what: str) -> int:
     return value + 1
 
 
-def priority(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
-        raise InputInvalid(f"Priority is a whole number from -100 to 100; got {value!r}.")
+def whole(value: Any, what: str, low: int, high: int) -> int:
+    """Return ``value`` when it is a whole number (not a bool) from ``low`` to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputInvalid(f"{what} is a whole number from {low} to {high}; got {value!r}.")
     return value
+
+
+def priority(value: Any) -> int:
+    return whole(value, "Priority", -100, 100)

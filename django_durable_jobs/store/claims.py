@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import registry, validation
 from ..dbvendor import bounded_atomic, lock_for_update
-from ..errors import InputInvalid, NotReclaimable
+from ..errors import NotReclaimable
 from ..execution import Execution
 from ..models import (
     CURRENT,
@@ -62,14 +62,7 @@ class ClaimMixin(StoreBase):
         operations (default: those registered with ``on_expired="resume"``); failed, cancelled or
         expired jobs with a retry request. Order: priority desc, run_after, created_at.
         """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= CLAIM_BATCH_MAX
-        ):
-            raise InputInvalid(
-                f"limit is a whole number from 1 to {CLAIM_BATCH_MAX}; got {limit!r}."
-            )
+        validation.whole(limit, "limit", 1, CLAIM_BATCH_MAX)
         ops = _names(operations, validation.operation)
         queue_names = _names(queues, lambda q: validation.name(q, "queue"))
         if resume_expired is None:

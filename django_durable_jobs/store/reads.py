@@ -56,18 +56,8 @@ class ReadMixin(StoreBase):
             raise ScopeMismatch(f"The execution is for {identity.operation!r}, not {op!r}.")
         status = None if query.status is None else _status(query.status)
         limit, cap = query.limit, query.max_payload_bytes
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= PAGE_LIMIT_MAX
-        ):
-            raise InputInvalid(
-                f"limit is a whole number from 1 to {PAGE_LIMIT_MAX}; got {limit!r}."
-            )
-        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= PAGE_BYTES_MAX:
-            raise InputInvalid(
-                f"max_payload_bytes is a whole number from 1 to {PAGE_BYTES_MAX}; got {cap!r}."
-            )
+        validation.whole(limit, "limit", 1, PAGE_LIMIT_MAX)
+        validation.whole(cap, "max_payload_bytes", 1, PAGE_BYTES_MAX)
         binding = {"s": self.scope, "a": self.actor, "o": op, "st": status, "l": limit, "c": cap}
         rows = self._jobs().filter(operation=op)
         if status is not None:
@@ -103,14 +93,7 @@ class ReadMixin(StoreBase):
         ownership (computed by the database). ``next_cursor`` is signed and bound to this store's
         scope and the filters; any other use, or an altered cursor, is ``ScopeMismatch``.
         """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= PAGE_LIMIT_MAX
-        ):
-            raise InputInvalid(
-                f"limit is a whole number from 1 to {PAGE_LIMIT_MAX}; got {limit!r}."
-            )
+        validation.whole(limit, "limit", 1, PAGE_LIMIT_MAX)
         rows = self._jobs()
         if operation is not None:
             rows = rows.filter(operation=validation.operation(operation))

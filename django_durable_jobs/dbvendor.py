@@ -59,7 +59,8 @@ def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool
     """Return True when ``exc`` says a lock wait (or the statement budget) ran out."""
     if connection.vendor == "postgresql":
         cause = exc.__cause__ or exc
-        return getattr(cause, "sqlstate", None) in POSTGRES_LOCK_STATES
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3 / 2
+        return state in POSTGRES_LOCK_STATES
     if connection.vendor == "mysql":
         return bool(exc.args) and exc.args[0] in MYSQL_LOCK_ERRORS
     if connection.vendor == "sqlite":

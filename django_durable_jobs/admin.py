@@ -7,7 +7,7 @@ writer, once per selected row and report per row what happened.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -73,6 +73,16 @@ class JobChangeList(ChangeList):
 
     def get_queryset(self, request, exclude_parameters=None):
         return super().get_queryset(request, exclude_parameters).defer(*LARGE_TEXT)
+
+
+def _shown(field: str, render: Callable[[str | None], object], description: str):
+    """Return a read-only admin column showing ``render(job.<field>)``."""
+
+    @admin.display(description=description)
+    def show(self, obj: Job):
+        return render(getattr(obj, field))
+
+    return show
 
 
 def _worker_column(field: str) -> Subquery:
@@ -269,33 +279,14 @@ class JobAdmin(ReadOnlyAdmin):
     def diagnostic(self, obj: Job) -> str:
         return obj.diagnostic_error or "-"
 
-    @admin.display(description="proposal (pretty)")
-    def proposal_pretty(self, obj: Job):
-        return fmt.pretty_json(obj.proposal)
-
-    @admin.display(description="proposal (stored text)")
-    def proposal_stored(self, obj: Job):
-        return fmt.stored_text(obj.proposal)
-
-    @admin.display(description="checkpoint (pretty)")
-    def checkpoint_pretty(self, obj: Job):
-        return fmt.pretty_json(obj.checkpoint)
-
-    @admin.display(description="checkpoint (stored text)")
-    def checkpoint_stored(self, obj: Job):
-        return fmt.stored_text(obj.checkpoint)
-
-    @admin.display(description="result (pretty)")
-    def result_pretty(self, obj: Job):
-        return fmt.pretty_json(obj.result)
-
-    @admin.display(description="result (stored text)")
-    def result_stored(self, obj: Job):
-        return fmt.stored_text(obj.result)
-
-    @admin.display(description="error")
-    def error_text(self, obj: Job):
-        return fmt.stored_text(obj.error)
+    # The payload columns, each shown pretty-printed and as the exact stored text.
+    proposal_pretty = _shown("proposal", fmt.pretty_json, "proposal (pretty)")
+    proposal_stored = _shown("proposal", fmt.stored_text, "proposal (stored text)")
+    checkpoint_pretty = _shown("checkpoint", fmt.pretty_json, "checkpoint (pretty)")
+    checkpoint_stored = _shown("checkpoint", fmt.stored_text, "checkpoint (stored text)")
+    result_pretty = _shown("result", fmt.pretty_json, "result (pretty)")
+    result_stored = _shown("result", fmt.stored_text, "result (stored text)")
+    error_text = _shown("error", fmt.stored_text, "error")
 
     def banners(self, obj: Job) -> list[dict[str, str]]:
         """Return the warnings a person must see first on the detail page."""

@@ -148,6 +148,28 @@ def job_attempts(request: HttpRequest, job_id: uuid.UUID):
     return [schemas.attempt(row) for row in rows]
 
 
+def _request(request: HttpRequest, job_id: uuid.UUID, permission: str, ask, describe):
+    """Record a cancellation or retry request; report whether it took and the job after it."""
+    auth.require(request, permission)
+    store = _store(request)
+    _job(store, job_id)  # a missing or foreign job is a 404, not "nothing to do"
+    accepted = ask(store, job_id)
+    job = _job(store, job_id)
+    return {"accepted": accepted, "message": describe(accepted, job), "job": schemas.summary(job)}
+
+
+def _cancel_message(accepted: bool, job: Job) -> str:
+    if not accepted:
+        return f"Nothing to cancel: the job is already {job.status}."
+    return "Cancellation requested." if job.status != "cancelled" else "Cancelled."
+
+
+def _retry_message(accepted: bool, job: Job) -> str:
+    if not accepted:
+        return f"Nothing to retry: the job has not ended (it is {job.status})."
+    return "Retry requested; a worker will start a new attempt."
+
+
 @router.post(
     "/jobs/{job_id}/cancel",
     response={200: schemas.ActionOut, 409: E, **READ_ERRORS},
@@ -155,16 +177,7 @@ def job_attempts(request: HttpRequest, job_id: uuid.UUID):
 )
 @refusals
 def cancel_job(request: HttpRequest, job_id: uuid.UUID):
-    auth.require(request, "cancel")
-    store = _store(request)
-    _job(store, job_id)
-    accepted = store.request_cancel(job_id)
-    job = _job(store, job_id)
-    if accepted:
-        message = "Cancellation requested." if job.status != "cancelled" else "Cancelled."
-    else:
-        message = f"Nothing to cancel: the job is already {job.status}."
-    return {"accepted": accepted, "message": message, "job": schemas.summary(job)}
+    return _request(request, job_id, "cancel", DurableJobStore.request_cancel, _cancel_message)
 
 
 @router.post(
@@ -174,13 +187,4 @@ def cancel_job(request: HttpRequest, job_id: uuid.UUID):
 )
 @refusals
 def retry_job(request: HttpRequest, job_id: uuid.UUID):
-    auth.require(request, "retry")
-    store = _store(request)
-    _job(store, job_id)
-    accepted = store.request_retry(job_id)
-    job = _job(store, job_id)
-    if accepted:
-        message = "Retry requested; a worker will start a new attempt."
-    else:
-        message = f"Nothing to retry: the job has not ended (it is {job.status})."
-    return {"accepted": accepted, "message": message, "job": schemas.summary(job)}
+    return _request(request, job_id, "retry", DurableJobStore.request_retry, _retry_message)

@@ -33,9 +33,7 @@ import os
 import random
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,7 +41,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.databases import run_per_database
+
 ENGINES = ("sqlite", "postgresql", "mariadb")
 SETTINGS_MODULE = "benchmarks.settings"
 
@@ -100,23 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     options += ["--scans", str(args.scans), "--warmup", str(args.warmup)]
     options += ["--batch", str(args.batch), "--seed", str(args.seed)]
     options += ["--explain"] if args.explain else []
-    results, broken = [], []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="durable-jobs-bench-") as tmp:
-        for engine in args.engines:
-            result_file = Path(tmp) / f"{engine}.json"
-            command = [sys.executable, "-m", "benchmarks", "--child", engine]
-            command += ["--result-file", str(result_file), *options]
-            env = dict(
-                os.environ, DURABLE_JOBS_BENCH_DB=engine, DJANGO_SETTINGS_MODULE=SETTINGS_MODULE
-            )
-            log(f"== {engine} ==")
-            code = subprocess.run(command, env=env, cwd=REPO_ROOT, check=False).returncode
-            if code != 0 or not result_file.exists():
-                log(f"{engine}: the benchmark failed (exit {code}); see the output above")
-                broken.append(engine)
-            else:
-                results.append(json.loads(result_file.read_text()))
+
+    def env_for(engine: str) -> dict[str, str]:
+        return dict(
+            os.environ, DURABLE_JOBS_BENCH_DB=engine, DJANGO_SETTINGS_MODULE=SETTINGS_MODULE
+        )
+
+    results, broken = run_per_database("benchmarks", args.engines, options, env_for)
     print_report(results, time.perf_counter() - started)
     regressions = [
         f"{r['db']} {what} median grew {r[what + '_ratio']:.2f}x (bound {args.max_ratio:g}x)"

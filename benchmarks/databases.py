@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
 ENGINES = ("sqlite", "postgresql", "mariadb")
-OUTPUT_DIR = Path(__file__).resolve().parent.parent / "test-output"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OUTPUT_DIR = REPO_ROOT / "test-output"
 
 
 def database(engine: str, name: str, variable: str) -> dict:
@@ -48,3 +54,32 @@ def database(engine: str, name: str, variable: str) -> dict:
     raise ImproperlyConfigured(
         f"{variable}={engine!r} is not supported; use one of {', '.join(ENGINES)}."
     )
+
+
+def run_per_database(
+    module: str, dbs: list[str], options: list[str], env_for: Callable[[str], dict[str, str]]
+) -> tuple[list[dict], list[str]]:
+    """Run ``python -m module --child DB ...`` once per database; return (results, failed dbs).
+
+    Each child writes its figures as JSON to the ``--result-file`` it is given, so one database
+    failing never costs the others' figures.
+    """
+    results: list[dict] = []
+    broken: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="durable-jobs-bench-") as tmp:
+        for db in dbs:
+            result_file = Path(tmp) / f"{db}.json"
+            command = [sys.executable, "-m", module, "--child", db]
+            command += ["--result-file", str(result_file), *options]
+            print(f"== {db} ==", file=sys.stderr, flush=True)
+            code = subprocess.run(command, env=env_for(db), cwd=REPO_ROOT, check=False).returncode
+            if code != 0 or not result_file.exists():
+                print(
+                    f"{db}: the benchmark failed (exit {code}); see the output above",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                broken.append(db)
+            else:
+                results.append(json.loads(result_file.read_text()))
+    return results, broken

@@ -42,6 +42,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.databases import run_per_database
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATABASES = ("sqlite", "postgresql", "mariadb")
 SETTINGS_MODULE = "benchmarks.worker_settings"
@@ -88,22 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         return run_child(args)
-    results: list[dict[str, Any]] = []
-    broken: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="durable-jobs-worker-bench-") as tmp:
-        for db in args.dbs:
-            result_file = Path(tmp) / f"{db}.json"
-            command = [sys.executable, "-m", "benchmarks.worker_latency", "--child", db]
-            command += ["--result-file", str(result_file)]
-            for name in ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "seed"):
-                command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-            log(f"== {db} ==")
-            code = subprocess.run(command, env=child_env(db), cwd=REPO_ROOT).returncode
-            if code != 0 or not result_file.exists():
-                log(f"{db}: the benchmark failed (exit {code}); see the output above")
-                broken.append(db)
-                continue
-            results.append(json.loads(result_file.read_text()))
+    options = []
+    for name in ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "seed"):
+        options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    results, broken = run_per_database("benchmarks.worker_latency", args.dbs, options, child_env)
     print_report(results, args)
     if broken:
         print(f"FAILED: no figures for {', '.join(broken)}")

@@ -219,3 +219,15 @@ def has_immediate_transactions(settings_dict: dict) -> bool:
     """Return True when an SQLite alias takes its write lock at BEGIN."""
     mode = (settings_dict.get("OPTIONS") or {}).get("transaction_mode")
     return isinstance(mode, str) and mode.upper() in {"IMMEDIATE", "EXCLUSIVE"}
+
+
+def can_update_returning(using: str) -> bool:
+    """Return True when ``UPDATE … RETURNING`` exists (PostgreSQL, SQLite ≥ 3.35; not MariaDB 10)."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return True
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        return sqlite3.sqlite_version_info >= (3, 35)
+    return False

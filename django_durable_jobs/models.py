@@ -44,6 +44,8 @@ class AttemptOutcomeChoice(models.TextChoices):
     FAILED = "failed", "failed"
     CANCELLED = "cancelled", "cancelled"
     INTERRUPTED = "interrupted", "interrupted"
+    # A stopping worker handed back a claim it never started; not counted in ``Job.attempts``.
+    RELEASED = "released", "released"
 
 
 def proposal_sha256(text: str) -> str:
@@ -73,12 +75,16 @@ def proposal_defect(job: Job) -> str | None:
 
 
 def is_authentic_pending(job: Job) -> bool:
-    """Return True for a pending row this app wrote and nobody has touched since."""
+    """Return True for a pending row this app wrote and nobody has touched since.
+
+    No attempt of it ever ran (``attempts`` is 0). Its epoch is 0 unless a stopping worker
+    released a claim it never started: the epoch never goes back, so a released row is pending
+    at the epoch of that claim (its history holds a ``released`` attempt).
+    """
     return (
         job.status == JobStatus.PENDING
         and not job.owner_id
         and job.lease_expires_at is None
-        and job.fencing_epoch == 0
         and job.attempts == 0
         and proposal_defect(job) is None
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import models
@@ -26,7 +27,6 @@ class JobQuerySet(models.QuerySet):
         return self.filter(
             Q(owner_id__isnull=True) | Q(owner_id=""),
             status="pending",
-            fencing_epoch=0,
             attempts=0,
             run_after__lte=now,
         )
@@ -55,6 +55,52 @@ class JobQuerySet(models.QuerySet):
             run_after__lte=now,
         )
 
+    def proposal_hashed(self) -> JobQuerySet:
+        """Return rows whose proposal is present and matches its stored SHA-256, in SQL.
+
+        The store hashes only proposals it validated as JSON, so a matching hash vouches for
+        the text; the JSON check itself (on PostgreSQL 15 a PL/pgSQL function that opens a
+        subtransaction per row) is left to Python, on the few rows a claim takes.
+        """
+        return self.alias(_proposal_sha256_sql=Utf8Sha256("proposal")).filter(
+            proposal__isnull=False, proposal_hash=F("_proposal_sha256_sql")
+        )
+
+    def unleased(self) -> JobQuerySet:
+        """Return rows without a lease, by a test no index can serve.
+
+        ``lease_expires_at IS NULL`` would let a planner without fresh statistics prefer the
+        lease index for a pending backlog and sort all of it, instead of reading the claim
+        index in order and stopping after the first rows (measured: 16 ms instead of 0.3 ms for
+        a claim over 5,000 pending rows on PostgreSQL).
+        """
+        return self.alias(
+            _unleased=Case(
+                When(lease_expires_at__isnull=True, then=Value(True)),
+                default=Value(False),
+                output_field=models.BooleanField(),
+            )
+        ).filter(_unleased=True)
+
+    def retry_or_resume(self, now: datetime, resume: Iterable[str]) -> JobQuerySet:
+        """Return the claimable rows that are not pending work, in one condition.
+
+        Retry requests that are due, and expired leases that carry a retry request or belong to
+        a ``resume`` operation: rare sets, which a claim checks before taking pending work so
+        the claim order stays exact.
+        """
+        expired = Q(
+            status="running",
+            owner_id__isnull=False,
+            lease_expires_at__isnull=False,
+            lease_expires_at__lte=now,
+        )
+        wanted = Q(retry_requested_at__isnull=False)
+        if resume:
+            wanted |= Q(operation__in=sorted(resume))
+        retry = Q(retry_requested_at__isnull=False, status__in=["failed", "cancelled"])
+        return self.filter((retry & Q(run_after__lte=now)) | (expired & wanted))
+
     def in_claim_order(self) -> JobQuerySet:
         return self.order_by("-priority", "run_after", "created_at", "id")
 
@@ -68,7 +114,6 @@ class JobQuerySet(models.QuerySet):
         authentic = no_owner_id & Q(
             status="pending",
             lease_expires_at__isnull=True,
-            fencing_epoch=0,
             attempts=0,
             proposal__isnull=False,
             _proposal_is_json=True,

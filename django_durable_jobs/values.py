@@ -11,9 +11,12 @@ from uuid import UUID
 __all__ = [
     "AttemptOutcome",
     "CandidatePage",
+    "Claimed",
     "Finalization",
     "Lease",
+    "Outcome",
     "PageQuery",
+    "Recorded",
     "Submission",
     "canonical_json",
 ]
@@ -92,3 +95,50 @@ class Finalization:
     cleanup_error: str | None = None
     elapsed: float = 0.0
     deadline_exceeded: bool = False
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim handed to a worker: the lease and the job row as the claim left it."""
+
+    lease: Lease
+    job: Any  # models.Job; typed loosely so this module imports no models
+
+    @property
+    def job_id(self) -> UUID:
+        return self.lease.job_id
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended, for ``DurableJobStore.record_outcomes``; build it with a constructor.
+
+    ``complete`` carries the result as JSON text, ``failed`` the error message; ``cancelled``
+    acknowledges a recorded cancellation request.
+    """
+
+    lease: Lease
+    status: str
+    result_json: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def completed(cls, lease: Lease, result_json: str) -> Outcome:
+        return cls(lease, "complete", result_json=result_json)
+
+    @classmethod
+    def failed(cls, lease: Lease, error: str) -> Outcome:
+        return cls(lease, "failed", error=error)
+
+    @classmethod
+    def cancelled(cls, lease: Lease) -> Outcome:
+        return cls(lease, "cancelled")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``record_outcomes`` did with one outcome: the status written, or why not."""
+
+    outcome: Outcome
+    status: str | None  # complete, failed or cancelled; None when refused
+    refusal: Exception | None = None  # a LeaseLost when the row was no longer this lease's

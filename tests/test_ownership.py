@@ -130,14 +130,23 @@ def test_a_pending_row_with_a_defective_proposal_is_legacy_unknown(changes, defe
 
 @pytest.mark.parametrize(
     "changes",
-    [{"fencing_epoch": 1}, {"fencing_epoch": 7}, {"attempts": 1}, {"attempts": 3}],
-    ids=["epoch-1", "epoch-7", "attempts-1", "attempts-3"],
+    [{"attempts": 1}, {"attempts": 3}, {"attempts": 2, "fencing_epoch": 2}],
+    ids=["attempts-1", "attempts-3", "ran-at-epoch-2"],
 )
-def test_a_pending_row_that_was_claimed_before_is_legacy_unknown(changes):
+def test_a_pending_row_that_ran_before_is_legacy_unknown(changes):
     job = pending(**changes)
     assert proposal_defect(job) is None
     assert is_authentic_pending(job) is False
     assert assess_ownership(job, NOW) == "legacy-unknown"
+
+
+@pytest.mark.parametrize("epoch", [1, 7])
+def test_a_released_pending_row_is_unclaimed_at_the_epoch_of_its_release(epoch):
+    # A stopping worker hands back claims it never started: no attempt ran (attempts 0), and
+    # the epoch stays where those claims put it, since epochs never go back.
+    job = pending(fencing_epoch=epoch)
+    assert is_authentic_pending(job) is True
+    assert assess_ownership(job, NOW) == "unclaimed"
 
 
 def test_a_pending_row_carrying_an_owner_or_a_lease_is_legacy_unknown():
@@ -250,8 +259,7 @@ def test_the_assessment_follows_the_documented_rule_order(
         status == "pending"
         and not owner
         and lease is None
-        and epoch == 0
-        and attempts == 0
+        and attempts == 0  # any epoch: a released claim keeps its epoch
         and proposal_kind == "valid"
     )
     if status in TERMINAL_STATUSES:

@@ -107,7 +107,8 @@ def test_sigterm_lets_short_jobs_finish_and_exits_zero_with_row_stopped(workers,
     second = submit("tests.sleep", {"seconds": 2, "n": 2, "markers": markers}).pk
     worker = workers.start("--concurrency", "2", "--grace", "15")
     _started(tmp_path, first, second)
-    waiting = submit("tests.noop", {"n": 3}).pk  # no free slot: still pending at SIGTERM
+    # No free job thread: claimed into the prefetch buffer, never started, released at SIGTERM.
+    waiting = submit("tests.noop", {"n": 3}).pk
 
     row = worker.row()
     assert row.state() == WORKER_ALIVE
@@ -117,8 +118,9 @@ def test_sigterm_lets_short_jobs_finish_and_exits_zero_with_row_stopped(workers,
         2,
         None,
     )
-    row = wait_for(lambda: (r := worker.row()).leases_held == 2 and r, "two leases in the row")
+    row = wait_for(lambda: (r := worker.row()).leases_held == 3 and r, "three leases in the row")
     assert row.state() == WORKER_ALIVE
+    assert job(waiting).status == JobStatus.RUNNING  # claimed, waiting for a job thread
 
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.logs()
@@ -130,6 +132,9 @@ def test_sigterm_lets_short_jobs_finish_and_exits_zero_with_row_stopped(workers,
         assert attempts(job_id) == [("complete", 1, row.owner_id)]
     pending = job(waiting)
     assert (pending.status, pending.attempts, pending.owner_id) == (JobStatus.PENDING, 0, None)
+    assert (pending.lease_expires_at, pending.fencing_epoch) == (None, 1)
+    assert attempts(waiting) == [("released", 1, row.owner_id)]
+    assert pending.ownership == "unclaimed"
     stopped = worker.row()
     assert stopped.stopped_at is not None and stopped.state() == WORKER_STOPPED
     assert (stopped.leases_held, stopped.stopping) == (0, True)

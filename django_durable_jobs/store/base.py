@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from collections.abc import Callable
@@ -24,10 +23,34 @@ from .fence import _lease_lost
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
 
 
+def _attempt_of(job: Job, now: datetime, outcome: str, error: str | None) -> JobAttempt:
+    """Return the (unsaved) history row of ``job``'s attempt, ended now with ``outcome``."""
+    return JobAttempt(
+        job_id=job.pk,
+        epoch=job.fencing_epoch,
+        owner_id=job.owner_id,
+        claimed_by=job.claimed_by or "",
+        started_at=job.claimed_at,
+        ended_at=now,
+        outcome=outcome,
+        error=error,
+        snapshot=_snapshot(job),
+    )
+
+
+_ENCODER = DjangoJSONEncoder()
+_PLAIN = (str, int, float)
+
+
 def _snapshot(job: Job) -> dict[str, Any]:
-    """Return a JSON-safe image of every column of ``job``."""
-    row = {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
-    return json.loads(json.dumps(row, cls=DjangoJSONEncoder))
+    """Return a JSON-safe image of every column of ``job`` (times and ids as Django encodes them)."""
+    row = {}
+    for field in Job._meta.concrete_fields:
+        value = getattr(job, field.attname)
+        if value is not None and not isinstance(value, _PLAIN):
+            value = _ENCODER.default(value)
+        row[field.attname] = value
+    return row
 
 
 class StoreBase:
@@ -54,6 +77,7 @@ class StoreBase:
         self.using = using
         self.clock = clock or timezone.now
         self.owner_id = str(uuid.uuid4())
+        self._claim_statements: dict[tuple, Any] = {}  # compiled claims, see batches.py
 
     def __repr__(self) -> str:
         return f"<DurableJobStore scope={self.scope!r} actor={self.actor!r} owner={self.owner_id}>"
@@ -119,17 +143,19 @@ class StoreBase:
 
     def _loss(self, lease: Lease, now: datetime) -> LeaseLost:
         """Return the LeaseLost for a fenced write that matched nothing, saying what changed."""
-        row = self._jobs().filter(pk=lease.job_id).first()
-        if row is None:
-            why = "there is no such job in this store's scope"
-        elif row.fencing_epoch != lease.epoch or row.owner_id != lease.owner_id:
-            who = f" by {row.claimed_by}" if row.claimed_by else ""
-            why = f"the job was claimed again{who} (now epoch {row.fencing_epoch})"
-        elif row.status != JobStatus.RUNNING:
-            why = f"the job is already {row.status}"
-        else:
-            why = f"the lease expired at {row.lease_expires_at.isoformat()}"
-        return _lease_lost(lease, why)
+        return _loss_of(lease, self._jobs().filter(pk=lease.job_id).first())
+
+    def _fence_holds(self, lease: Lease, row: Job | None, now: datetime) -> bool:
+        """Return True when ``row`` (read under lock) is still ``lease``'s: the fence in Python."""
+        return (
+            row is not None
+            and lease.owner_id == self.owner_id
+            and row.owner_id == lease.owner_id
+            and row.fencing_epoch == lease.epoch
+            and row.status == JobStatus.RUNNING
+            and row.lease_expires_at is not None
+            and row.lease_expires_at > now
+        )
 
     def _locked_row(self, job_id: Any) -> Job | None:
         pk = validation.job_id(job_id)
@@ -164,23 +190,15 @@ class StoreBase:
             )
 
     def _record_attempt(self, job: Job, now: datetime, outcome: str, error: str | None) -> None:
-        JobAttempt.objects.using(self.using).create(
-            job_id=job.pk,
-            epoch=job.fencing_epoch,
-            owner_id=job.owner_id,
-            claimed_by=job.claimed_by or "",
-            started_at=job.claimed_at,
-            ended_at=now,
-            outcome=outcome,
-            error=error,
-            snapshot=_snapshot(job),
-        )
+        _attempt_of(job, now, outcome, error).save(using=self.using, force_insert=True)
 
     def _take(self, row: Job, now: datetime, *, new_attempt: bool) -> Lease:
         """Make this client the owner of ``row`` at the next epoch (a locked row)."""
         epoch = validation.bump(row.fencing_epoch, validation.BIGINT_MAX, "fencing epoch")
         attempts = validation.bump(row.attempts, validation.ATTEMPTS_MAX, "attempts")
-        if row.status == JobStatus.RUNNING:  # an expired attempt, superseded: uncertain outcome
+        if row.status == JobStatus.RUNNING and not self._attempt_recorded(row):
+            # An expired attempt, superseded: its outcome is uncertain. (A released attempt
+            # already has its history row.)
             self._record_attempt(row, now, "interrupted", INTERRUPTED_ERROR)
         expires = now + timedelta(seconds=self.lease)
         changes: dict[str, Any] = {
@@ -209,7 +227,16 @@ class StoreBase:
         )
         if matched != 1:
             raise NotReclaimable(f"Job {row.pk} changed while it was being claimed; try again.")
+        for name, value in changes.items():
+            setattr(row, name, value)
         return Lease(job_id=row.pk, owner_id=self.owner_id, epoch=epoch, expires_at=expires)
+
+    def _attempt_recorded(self, row: Job) -> bool:
+        return (
+            JobAttempt.objects.using(self.using)
+            .filter(job_id=row.pk, epoch=row.fencing_epoch)
+            .exists()
+        )
 
     def _end(self, row: Job, now: datetime, status: str, **changes: Any) -> None:
         """Move the locked, fenced ``row`` to a terminal status and record its attempt."""
@@ -244,3 +271,17 @@ class StoreBase:
             self._end(row, now, status, **changes)
             if then is not None:
                 then(row, now)
+
+
+def _loss_of(lease: Lease, row: Job | None) -> LeaseLost:
+    """Return the LeaseLost for ``lease`` whose fence ``row`` no longer passes, saying why."""
+    if row is None:
+        why = "there is no such job in this store's scope"
+    elif row.fencing_epoch != lease.epoch or row.owner_id != lease.owner_id:
+        who = f" by {row.claimed_by}" if row.claimed_by else ""
+        why = f"the job was claimed again{who} (now epoch {row.fencing_epoch})"
+    elif row.status != JobStatus.RUNNING:
+        why = f"the job is already {row.status}"
+    else:
+        why = f"the lease expired at {row.lease_expires_at.isoformat()}"
+    return _lease_lost(lease, why)

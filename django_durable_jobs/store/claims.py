@@ -21,13 +21,13 @@ from ..models import (
     is_authentic_pending,
     proposal_defect,
 )
-from ..values import Lease
-from .base import StoreBase
+from ..values import Claimed, Lease
+from .batches import BatchMixin, _claim_order, _Disagreement
 
 CLAIM_BATCH_MAX = 1000
 
 
-class ClaimMixin(StoreBase):
+class ClaimMixin(BatchMixin):
     """Take ownership of claimable jobs."""
 
     def claim(
@@ -62,6 +62,30 @@ class ClaimMixin(StoreBase):
         operations (default: those registered with ``on_expired="resume"``); failed, cancelled or
         expired jobs with a retry request. Order: priority desc, run_after, created_at.
         """
+        claimed = self.claim_batch(
+            operations=operations,
+            queues=queues,
+            limit=limit,
+            max_running=max_running,
+            resume_expired=resume_expired,
+        )
+        return [claim.lease for claim in claimed]
+
+    def claim_batch(
+        self,
+        *,
+        operations: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        limit: int = 1,
+        max_running: int | None = None,
+        resume_expired: Iterable[str] | None = None,
+    ) -> list[Claimed]:
+        """Claim as ``claim_next`` does; return each lease with its job row already loaded.
+
+        When only pending work is claimable and no ``max_running`` limit applies, the batch is
+        taken in one statement (see ``batches``); otherwise candidates are locked and taken
+        one by one, in claim order, with capacity counted as they are taken.
+        """
         validation.whole(limit, "limit", 1, CLAIM_BATCH_MAX)
         ops = _names(operations, validation.operation)
         queue_names = _names(queues, lambda q: validation.name(q, "queue"))
@@ -69,8 +93,8 @@ class ClaimMixin(StoreBase):
             resume = registry.resumable_operations()
         else:
             resume = frozenset(_names(resume_expired, validation.operation))
-        with bounded_atomic(self.using):
-            now = self._now()
+
+        def candidates(now: datetime):
             base = self._jobs().filter(
                 fencing_epoch__lt=validation.BIGINT_MAX, attempts__lt=validation.ATTEMPTS_MAX
             )
@@ -78,19 +102,45 @@ class ClaimMixin(StoreBase):
                 base = base.filter(operation__in=ops)
             if queue_names is not None:
                 base = base.filter(queue__in=queue_names)
+            return base
+
+        def pending_and_rare(now: datetime):
+            base = candidates(now)
+            return base, base.retry_or_resume(now, resume)
+
+        if not self._claims_capacity(ops, max_running):
+            key = (
+                None if ops is None else tuple(ops),
+                None if queue_names is None else tuple(queue_names),
+                tuple(sorted(resume)),
+                limit,
+            )
+            try:
+                with bounded_atomic(self.using):
+                    now = self._now()
+                    claimed = self._claim_pending_fast(pending_and_rare, key, now, limit)
+                if claimed:
+                    return claimed
+            except _Disagreement:
+                pass  # rolled back untouched; the exact path below checks rows one by one
+        with bounded_atomic(self.using):
+            now = self._now()
+            base = candidates(now)
             sets = [base.pending_due(now), base.retry_requested(now)]
             sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
             if resume:
                 sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
             return self._claim_from(sets, now, limit, max_running)
 
-    def _claim_from(self, sets: list, now: datetime, limit: int, max_running: int | None) -> list:
+    def _claim_from(
+        self, sets: list, now: datetime, limit: int, max_running: int | None
+    ) -> list[Claimed]:
         """Claim up to ``limit`` rows from the candidate ``sets``, best first.
 
         Rows that cannot be taken (a defective proposal, an operation at capacity) are passed
         over and the window widens, so they never starve the work behind them.
         """
-        leases: list[Lease] = []
+        claimed: list[Claimed] = []
         seen: set = set()
         full: set[str] = set()
         slots: dict[str, int | None] = {}
@@ -104,8 +154,8 @@ class ClaimMixin(StoreBase):
             exhausted = len(found) < window
             seen.update(found)
             for row in sorted(found.values(), key=_claim_order):
-                if len(leases) == limit:
-                    return leases
+                if len(claimed) == limit:
+                    return claimed
                 if row.operation in full or not _takeable(row):
                     continue
                 if row.operation not in slots:
@@ -121,9 +171,9 @@ class ClaimMixin(StoreBase):
                         continue
                     slots[row.operation] = free - adds_running
                 retrying = row.retry_requested_at is not None
-                leases.append(self._take(row, now, new_attempt=retrying))
-            if exhausted or len(leases) == limit or window >= CLAIM_BATCH_MAX:
-                return leases
+                claimed.append(Claimed(self._take(row, now, new_attempt=retrying), row))
+            if exhausted or len(claimed) == limit or window >= CLAIM_BATCH_MAX:
+                return claimed
             window = min(window * 4, CLAIM_BATCH_MAX)
 
 
@@ -132,10 +182,6 @@ def _takeable(row: Job) -> bool:
     if row.status == JobStatus.PENDING:
         return is_authentic_pending(row)
     return proposal_defect(row) is None
-
-
-def _claim_order(row: Job) -> tuple:
-    return (-row.priority, row.run_after, row.created_at, str(row.pk))
 
 
 def _why_not_claimable(row: Job, state: str) -> str:

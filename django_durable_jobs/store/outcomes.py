@@ -63,7 +63,7 @@ class OutcomeMixin(StoreBase):
 
     def complete(self, lease: Lease, result: Any = None) -> None:
         """Record the outcome: running → complete, progress 100, ``result`` stored as JSON."""
-        self._end_fenced(lease, JobStatus.COMPLETE, result=_result_text(result), progress=100.0)
+        self._end_fenced(lease, JobStatus.COMPLETE, result=result_text(result), progress=100.0)
 
     def fail(self, lease: Lease, error: Any) -> None:
         """Record a failure: running → failed with ``error`` as the message."""
@@ -262,7 +262,8 @@ def _retry_refusal(row: Job, now: datetime) -> str | None:
     return f"Job {row.pk} is {row.status} and has not ended; there is nothing to retry."
 
 
-def _result_text(result: Any) -> str:
+def result_text(result: Any) -> str:
+    """Return ``result`` as JSON text to store, or refuse it (``InputInvalid``)."""
     if hasattr(result, "__await__") or hasattr(result, "cr_code"):
         validation.json_text(result, "result")  # refuses (and closes) a coroutine
     try:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import registry
 from ..errors import InputInvalid, JobCancelled, LeaseLost
-from ..models import Job
+from ..store.outcomes import result_text
+from ..values import Claimed, Outcome
 from .connections import persist
 from .context import JobContext
 
@@ -45,28 +46,23 @@ class ExecutionReport:
     error: str | None = None
 
 
-def execute(
+def prepare(
     store: DurableJobStore,
-    lease: Lease,
+    claim: Claimed,
     cancel_event: threading.Event,
     *,
     retry_until: Callable[[], bool] | None = None,
-) -> ExecutionReport:
-    """Run the registered executor of ``lease``'s job and record its outcome through the store.
+) -> tuple[JobContext, Callable[[JobContext], Any]]:
+    """Return the context of ``claim``'s attempt and the callable that runs it.
 
-    Database errors while loading the job, inside ``ctx`` writes, or while recording the
-    outcome are retried (the database may be restarting) for as long as ``retry_until()`` says
-    the lease may still be alive.
+    The claim carries the job row as the claim left it, so nothing is read again. An operation
+    this process does not know runs as a failure that says so.
     """
-    retry_until = retry_until or (lambda: False)
-    job = persist(lambda: Job.objects.using(store.using).get(pk=lease.job_id), retry_until)
-    logger.info(
-        "job %s %s attempt=%s epoch=%s claimed", job.pk, job.operation, job.attempts, lease.epoch
-    )
+    job = claim.job
     spec = registry.get(job.operation)
     ctx = JobContext(
         store,
-        lease,
+        claim.lease,
         job,
         cancel_event=cancel_event,
         timeout=spec.timeout if spec else None,
@@ -77,8 +73,26 @@ def execute(
             f"No operation {job.operation!r} is registered in this worker; register it with "
             f"@operation and restart, or request a retry."
         )
-        return run_and_record(store, ctx, _raiser(LookupError(unknown)), retry_until=retry_until)
-    return run_and_record(store, ctx, lambda c: spec.func(c, c.payload), retry_until=retry_until)
+        return ctx, _raiser(LookupError(unknown))
+    return ctx, lambda c: spec.func(c, c.payload)
+
+
+def run(ctx: JobContext, func: Callable[[JobContext], Any]) -> Outcome | None:
+    """Run ``func(ctx)`` and return the outcome to record, or None when it recorded its own.
+
+    Nothing is written here: the worker records outcomes in batches (``record_outcomes``).
+    """
+    kind, value = _call(func, ctx)
+    if kind == RECORDED:
+        return None
+    if kind == COMPLETE:
+        try:
+            return Outcome.completed(ctx.lease, result_text(value))
+        except InputInvalid as exc:  # the return value cannot be stored: the job failed
+            return Outcome.failed(ctx.lease, f"The executor's result was refused: {exc.message}")
+    if kind == CANCELLED:
+        return Outcome.cancelled(ctx.lease)
+    return Outcome.failed(ctx.lease, _message(value))
 
 
 def _raiser(error: Exception) -> Callable[[JobContext], Any]:
@@ -115,11 +129,12 @@ def run_and_record(
         time.monotonic() - started,
         error,
     )
-    _log(report)
+    log(report)
     return report
 
 
-def _log(report: ExecutionReport) -> None:
+def log(report: ExecutionReport) -> None:
+    """Log one line for an attempt that ended."""
     logger.info(
         "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s",
         report.job_id,

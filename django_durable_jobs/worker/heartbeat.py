@@ -1,5 +1,6 @@
-"""Renewing one lease and passing what the row says to the executor: shared by the worker
-and JobManager, whose heartbeat loops differ only in what they renew."""
+"""Heartbeats: the worker renews every lease it holds in one statement (``HeartbeatMixin``);
+``JobManager`` renews its few one by one (``renew_lease``). Both pass what the rows say
+(cancellation requests, lost leases) to the executors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from django.db import DatabaseError
+
 from ..errors import LeaseLost
+from .connections import close_thread_connections, reset_broken_connections
+from .held import DONE
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -41,3 +46,39 @@ def renew_lease(
         logger.info("job %s cancellation requested", lease.job_id)
         cancel.set()
     return row
+
+
+class HeartbeatMixin:
+    """The worker's heartbeat loop (a mixin of ``Worker``)."""
+
+    def _heartbeat_loop(self) -> None:
+        """Renew every lease held each lease/3 s; pass cancellation and lost leases to ctx."""
+        interval = self.options.lease / 3
+        try:
+            while not self.stopped.wait(interval):
+                self.heartbeat_once()
+        finally:
+            close_thread_connections()
+
+    def heartbeat_once(self) -> None:
+        """Renew every held lease in one statement; tell executors what the rows say."""
+        with self.lock:
+            entries = list(self.held.values())
+        try:
+            rows = self.store.renew_leases([entry.lease for entry in entries])
+        except DatabaseError:
+            logger.warning("heartbeat failed: database unavailable", exc_info=True)
+            reset_broken_connections()
+            return
+        for entry, row in zip(entries, rows, strict=True):
+            if row is None:
+                entry.cancel.set()
+                if entry.state != DONE:
+                    logger.warning("job %s lease lost", entry.lease.job_id)
+            elif row.cancellation_requested_at is not None and not entry.cancel.is_set():
+                logger.info("job %s cancellation requested", entry.lease.job_id)
+                entry.cancel.set()
+        try:
+            self.store.worker_heartbeat(leases_held=len(entries), stopping=self.stopping.is_set())
+        except DatabaseError:
+            reset_broken_connections()

@@ -1,8 +1,9 @@
-"""Worker: claims jobs with ``claim_next``, runs them in threads, keeps their leases alive.
+"""Worker: claims jobs in batches, runs them in threads, keeps their leases alive.
 
-One concern per method: the fetch loop (``run``), the heartbeat loop (``_heartbeat_loop``),
-starting one job (``_start``), and shutdown (``request_stop``). The producer never claims more
-than it has free slots for.
+The fetch loop (``run``) claims into a prefetch buffer, never more than the job threads and the
+buffer have room for; job threads run what it holds (``_execute``); the completer
+(``completer.py``) writes outcomes in batches; the heartbeat loop (``heartbeat.py``) renews
+every held lease at once; ``shutdown.py`` stops it all gracefully.
 """
 
 from __future__ import annotations
@@ -10,24 +11,26 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import DatabaseError
 
 from .. import conf, registry
-from ..errors import LeaseLost
 from ..store import DurableJobStore, Lease
+from ..values import Claimed, Outcome
+from .completer import FLUSH_MAX, Completer, Finished
 from .connections import close_thread_connections, reset_broken_connections
-from .executor import execute
-from .heartbeat import renew_lease
+from .executor import COMPLETE, ExecutionReport, log, prepare, run
+from .heartbeat import HeartbeatMixin
+from .held import BUFFERED, DONE, FINISHING, RUNNING, Held, key
 from .listener import NotifyListener
+from .shutdown import ShutdownMixin
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -37,6 +40,7 @@ class WorkerOptions:
     """What ``runjobs`` was asked to do; checked before anything starts."""
 
     concurrency: int = 4
+    prefetch: int | None = None  # claimed jobs waiting for a job thread; None: = concurrency
     operations: list[str] | None = None
     queues: list[str] | None = None
     lease: float = 30.0
@@ -53,6 +57,8 @@ class WorkerOptions:
         """Raise ValueError with a clear message for options that cannot work."""
         if self.concurrency < 1:
             raise ValueError("--concurrency must be at least 1.")
+        if self.prefetch is not None and self.prefetch < 0:
+            raise ValueError("--prefetch must not be negative.")
         if not self.lease > 0:
             raise ValueError("--lease must be a positive number of seconds.")
         if not self.poll > 0:
@@ -69,15 +75,13 @@ class WorkerOptions:
             )
 
 
-@dataclass
-class Running:
-    lease: Lease
-    cancel: threading.Event = field(default_factory=threading.Event)
-    cancel_recorded: bool = False  # this worker recorded a cancellation request (2nd signal)
+class Worker(HeartbeatMixin, ShutdownMixin):
+    """A ``runjobs`` process: one store (one owner id), many job threads, one heartbeat loop.
 
-
-class Worker:
-    """A ``runjobs`` process: one store (one owner id), many job threads, one heartbeat loop."""
+    The fetch loop claims in batches into a prefetch buffer, job threads run what it holds, and
+    the completer writes their outcomes in batches. Every claim stays in ``held`` (and so keeps
+    its lease renewed) until its outcome committed or it was released.
+    """
 
     def __init__(
         self,
@@ -96,18 +100,25 @@ class Worker:
         # Only claim what this process can run: jobs of operations registered elsewhere (another
         # deployment, a newer release) stay pending for a worker that knows them.
         self.operations = options.operations or sorted(registry.all_operations())
+        self.prefetch = options.concurrency if options.prefetch is None else options.prefetch
         self.report = report or (lambda line: None)
-        self.running: dict[object, Running] = {}
+        self.held: dict[tuple, Held] = {}
+        self.counts: Counter[str] = Counter()  # held claims by state
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.cancel_requested = threading.Event()  # second signal: cancel what still runs
         self.stopped = threading.Event()
-        self.jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
-        self.idle = threading.Event()  # tests wait on this: nothing running, nothing claimable
+        self.buffer: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
+        self.unstarted: list[Held] = []  # taken from the buffer after the stop: to release
+        self.idle = threading.Event()  # tests wait on this: nothing held, nothing claimable
         self.claimed = 0
         self.outcomes: Counter[str] = Counter()
         self.stop_deadline: float | None = None
+        self.announced = False
+        self.completer = Completer(
+            self.store, on_recorded=self._recorded, retry_until=self._flush_may_succeed
+        )
 
     # -- the fetch loop ------------------------------------------------------------------------
 
@@ -118,13 +129,12 @@ class Worker:
             queues=self.options.queues,
             operations=self.operations,
         )
-        listener = None
         if NotifyListener.supported(self.using):
-            listener = NotifyListener(self.using, self.wake, self.stopped)
-            listener.start()
+            NotifyListener(self.using, self.wake, self.stopped).start()
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="durable-jobs-heartbeat")
         heartbeat.daemon = True
         heartbeat.start()
+        self.completer.start()
         for n in range(self.options.concurrency):
             name = f"durable-jobs-{n + 1}"
             threading.Thread(target=self._job_thread, name=name, daemon=True).start()
@@ -136,7 +146,9 @@ class Worker:
         finally:
             self.stopped.set()
             for _ in range(self.options.concurrency):
-                self.jobs.put(None)  # idle job threads exit; busy ones die with the process
+                self.buffer.put(None)  # idle job threads exit; busy ones die with the process
+            self.completer.stop()
+            self.completer.join(timeout=self.options.lease)
             heartbeat.join(timeout=self.options.lease)
             if clean:  # a crashed worker's row must go stale, not claim a clean stop
                 self._sign_off()
@@ -146,23 +158,10 @@ class Worker:
     def _fetch_loop(self) -> None:
         delay = self.options.poll
         last_status = time.monotonic()
-        announced = False
         while True:
             if self.stopping.is_set():
-                if not announced:
-                    announced = True
-                    logger.info("stopping: %d job(s) still running", len(self.running))
-                if self.cancel_requested.is_set():
-                    self._cancel_running()
-                if not self.running:
+                if self._stop_step():
                     return
-                if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
-                    logger.warning(
-                        "grace period over; leaving %d job(s) to expire", len(self.running)
-                    )
-                    return
-                self.wake.wait(0.1)
-                self.wake.clear()
                 continue
             claimed = self._claim()
             if claimed is None:  # database unavailable: back off, then try again
@@ -175,168 +174,137 @@ class Worker:
                 self.report(self.status_line())
             if claimed:
                 continue
-            if self._claim_budget() == 0 and not self.running:
-                return  # --max-jobs reached and done
-            if not self.running:
+            with self.lock:
+                busy = bool(self.held)
+                self.wake.clear()
+            if not busy:
+                if self._claim_budget() == 0 or self.options.burst:
+                    self.idle.set()
+                    return  # --max-jobs reached and done, or --burst found nothing
                 self.idle.set()
-                if self.options.burst:
-                    return
             self.wake.wait(self.options.poll)
-            self.wake.clear()
 
     def _claim_budget(self) -> int:
-        free = self.options.concurrency - len(self.running)
+        """Return how many jobs to claim now: free slots plus the prefetch buffer's room."""
+        with self.lock:
+            buffered, running = self.counts[BUFFERED], self.counts[RUNNING]
+            finishing = self.counts[FINISHING]
+        in_hand = buffered + running
+        capacity = self.options.concurrency + self.prefetch
+        free = capacity - in_hand
+        if finishing >= FLUSH_MAX:  # the completer is behind: let it catch up first
+            free = 0
+        elif buffered and free < capacity // 2:
+            free = 0  # work is still buffered: wait for room for a fuller batch
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.claimed)
         return max(free, 0)
 
-    def _claim(self) -> list[Lease] | None:
+    def _claim(self) -> list[Claimed] | None:
         limit = self._claim_budget()
         if limit == 0:
             return []
         try:
-            leases = self.store.claim_next(
+            claimed = self.store.claim_batch(
                 operations=self.operations, queues=self.options.queues, limit=limit
             )
         except DatabaseError:
             logger.warning("claim failed: database unavailable", exc_info=True)
             reset_broken_connections()
             return None
-        for lease in leases:
-            self._start(lease)
-        if leases:
+        if claimed:
             self.idle.clear()
-        return leases
+        for claim in claimed:
+            self._hold(claim)
+        return claimed
 
     # -- one job ---------------------------------------------------------------------------------
 
-    def _start(self, lease: Lease) -> None:
-        """Hand ``lease``'s job to an idle job thread.
+    def _hold(self, claim: Claimed) -> None:
+        """Buffer ``claim`` for the next free job thread.
 
         No database work here: were the database to drop now, an exception would leave the
-        rest of the claimed batch unstarted, holding leases nobody runs.
+        rest of the claimed batch unbuffered, holding leases nobody runs.
         """
-        entry = Running(lease=lease)
+        entry = Held(claim=claim)
         with self.lock:
-            self.running[lease.job_id] = entry
+            self.held[key(claim.lease)] = entry
+            self.counts[BUFFERED] += 1
             self.claimed += 1
-        self.jobs.put(entry)
+        self.buffer.put(entry)
 
     def _job_thread(self) -> None:
         """Run jobs one after another on one long-lived database connection."""
         try:
-            while (entry := self.jobs.get()) is not None:
+            while (entry := self.buffer.get()) is not None:
+                with self.lock:
+                    if self.stopping.is_set():  # never started: the fetch loop releases it
+                        self.unstarted.append(entry)
+                        self.wake.set()
+                        continue
+                    self._move(entry, RUNNING)
                 self._execute(entry)
         finally:
             close_thread_connections()
 
-    def _execute(self, entry: Running) -> None:
+    def _execute(self, entry: Held) -> None:
         lease = entry.lease
+        job = entry.claim.job
+        logger.debug(
+            "job %s %s attempt=%s epoch=%s started",
+            lease.job_id,
+            job.operation,
+            job.attempts,
+            lease.epoch,
+        )
+        started = time.monotonic()
         try:
-            report = execute(
+            ctx, func = prepare(
                 self.store,
-                lease,
+                entry.claim,
                 entry.cancel,
                 retry_until=lambda: self._lease_may_be_alive(lease),
             )
-            outcome = report.outcome
-        except Exception:  # noqa: BLE001 - the lease will expire; the job stays evidence
-            logger.exception("job %s: outcome could not be recorded", lease.job_id)
-            outcome = "unrecorded"
+            outcome = run(ctx, func)
+        except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
+            logger.exception("job %s could not be run", lease.job_id)
+            outcome = Outcome.failed(lease, f"The job could not be started: {exc}")
+        duration = time.monotonic() - started
+        if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
+            report = ExecutionReport(
+                lease.job_id, job.operation, job.attempts, lease.epoch, COMPLETE, duration
+            )
+            self._recorded(entry, report)
+            return
         with self.lock:
-            self.outcomes[outcome] += 1
-            self.running.pop(lease.job_id, None)
+            self._move(entry, FINISHING)
         self.wake.set()
+        self.completer.submit(Finished(entry, outcome, job.operation, job.attempts, duration))
+
+    def _recorded(self, entry: Held, report: ExecutionReport) -> None:
+        """Forget ``entry`` once its outcome committed (or could not be written)."""
+        log(report)
+        with self.lock:
+            self.outcomes[report.outcome] += 1
+            if self.held.get(key(entry.lease)) is entry:
+                del self.held[key(entry.lease)]
+            self.counts[entry.state] -= 1
+            entry.state = DONE
+        self.wake.set()
+
+    def _move(self, entry: Held, state: str) -> None:
+        """Change ``entry``'s state (call with the lock held)."""
+        self.counts[entry.state] -= 1
+        self.counts[state] += 1
+        entry.state = state
 
     def _lease_may_be_alive(self, lease: Lease) -> bool:
         return self.store.clock() < lease.expires_at or not self.stopped.is_set()
 
-    # -- the heartbeat loop ------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        """Renew every lease held each lease/3 s; pass cancellation and lost leases to ctx."""
-        interval = self.options.lease / 3
-        try:
-            while not self.stopped.wait(interval):
-                self.heartbeat_once()
-        finally:
-            close_thread_connections()
-
-    def heartbeat_once(self) -> None:
-        with self.lock:
-            entries = list(self.running.values())
-        for entry in entries:
-            try:
-                renew_lease(
-                    self.store,
-                    entry.lease,
-                    entry.cancel,
-                    finished=lambda job_id=entry.lease.job_id: job_id not in self.running,
-                )
-            except DatabaseError:
-                logger.warning("heartbeat failed: database unavailable", exc_info=True)
-                reset_broken_connections()
-                return
-        try:
-            self.store.worker_heartbeat(leases_held=len(entries), stopping=self.stopping.is_set())
-        except DatabaseError:
-            reset_broken_connections()
-
-    # -- shutdown ------------------------------------------------------------------------------
-
-    def request_stop(self, *, cancel_running: bool = False) -> None:
-        """Stop claiming; let running jobs finish within the grace period (or cancel them).
-
-        Only sets events, so it is safe in a signal handler (which runs in the main thread, maybe
-        while that thread holds ``self.lock`` or is inside a transaction); the fetch loop does
-        the database work.
-        """
-        if not self.stopping.is_set():
-            self.stop_deadline = time.monotonic() + self.options.grace
-            self.stopping.set()
-        if cancel_running:
-            self.cancel_requested.set()
-        self.wake.set()
-
-    def _cancel_running(self) -> None:
-        """Record a cancellation request for every running job, then tell its executor.
-
-        The request is recorded first: an executor that acknowledges with ``JobCancelled``
-        ends ``cancelled`` only when a request exists (otherwise the job would be failed).
-        A heartbeat just before proves the lease is still ours, so a worker that lost a job to
-        another never asks to cancel the other's attempt. A database error leaves the rest for
-        the next pass of the fetch loop.
-        """
-        with self.lock:
-            entries = [e for e in self.running.values() if not e.cancel_recorded]
-        for entry in entries:
-            try:
-                self.store.heartbeat(entry.lease)
-                self.store.request_cancel(entry.lease.job_id)
-                logger.info("job %s cancellation requested (second signal)", entry.lease.job_id)
-            except LeaseLost:
-                pass  # no longer ours: stop the executor, whose writes are refused anyway
-            except DatabaseError:
-                logger.warning("cancellation request failed: database unavailable", exc_info=True)
-                reset_broken_connections()
-                return
-            entry.cancel_recorded = True
-            entry.cancel.set()
-
-    def install_signal_handlers(self) -> None:
-        """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs."""
-
-        def handle(signum, frame) -> None:
-            self.request_stop(cancel_running=self.stopping.is_set())
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
-
-    def _sign_off(self) -> None:
-        try:
-            self.store.worker_stopped()
-        except DatabaseError:
-            logger.warning("could not mark the worker row stopped", exc_info=True)
+    def _flush_may_succeed(self) -> bool:
+        return not self.stopped.is_set() or any(
+            self._lease_may_be_alive(entry.lease) for entry in list(self.held.values())
+        )
 
     def _status_due(self, last: float) -> bool:
         every = self.options.status_every
@@ -345,6 +313,6 @@ class Worker:
     def status_line(self) -> str:
         done = ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"
         return (
-            f"runjobs {self.store.actor}: running={len(self.running)} claimed={self.claimed} "
-            f"finished: {done}"
+            f"runjobs {self.store.actor}: running={self.counts[RUNNING]} "
+            f"buffered={self.counts[BUFFERED]} claimed={self.claimed} finished: {done}"
         )

@@ -21,6 +21,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--concurrency", type=int, default=4, help="job threads (default 4)")
+        parser.add_argument(
+            "--prefetch",
+            type=int,
+            default=None,
+            help="claimed jobs kept ready for the job threads (default: --concurrency)",
+        )
         parser.add_argument("--processes", type=int, default=1, help="worker processes to run")
         parser.add_argument("--operation", action="append", dest="operations", default=None)
         parser.add_argument("--queue", action="append", dest="queues", default=None)
@@ -39,6 +45,7 @@ class Command(BaseCommand):
             raise CommandError("--processes must be at least 1.")
         worker_options = WorkerOptions(
             concurrency=options["concurrency"],
+            prefetch=options["prefetch"],
             operations=options["operations"],
             queues=options["queues"],
             lease=options["lease"] or float(conf.get("LEASE_SECONDS")),

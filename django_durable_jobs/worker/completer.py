@@ -1,0 +1,121 @@
+"""The completer: writes finished attempts' outcomes in batches, each row still fenced.
+
+Job threads hand it an outcome and move on to their next job. It writes everything that has
+gathered since its last flush in one transaction (``DurableJobStore.record_outcomes``), so under
+load one COMMIT ends dozens of attempts; when idle a flush holds one. An outcome is reported (log
+line, counters, the job leaving the worker's held set) only after its flush committed; a row whose
+lease was lost meanwhile is reported as such, alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError
+
+from ..errors import JobError
+from ..store.batches import UNREQUESTED_CANCEL
+from ..values import Outcome, Recorded
+from .connections import close_thread_connections, persist
+from .executor import LEASE_LOST, ExecutionReport
+
+if TYPE_CHECKING:
+    from ..store import DurableJobStore
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+FLUSH_MAX = 500  # outcomes per transaction at most
+
+
+@dataclass(frozen=True)
+class Finished:
+    """An attempt whose executor returned; ``outcome`` is what to record for it."""
+
+    held: Any  # the worker's entry for the claim
+    outcome: Outcome
+    operation: str
+    attempt: int
+    duration: float
+
+
+class Completer(threading.Thread):
+    """Record outcomes in batches, one fenced transaction per flush."""
+
+    def __init__(
+        self,
+        store: DurableJobStore,
+        *,
+        on_recorded: Callable[[Any, ExecutionReport], None],
+        retry_until: Callable[[], bool],
+    ) -> None:
+        super().__init__(name="durable-jobs-completer", daemon=True)
+        self.store = store
+        self.on_recorded = on_recorded
+        self.retry_until = retry_until
+        self.inbox: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
+
+    def submit(self, finished: Finished) -> None:
+        self.inbox.put(finished)
+
+    def stop(self) -> None:
+        """Flush what was submitted so far, then end the thread."""
+        self.inbox.put(None)
+
+    def run(self) -> None:
+        try:
+            stopping = False
+            while not stopping:
+                first = self.inbox.get()
+                if first is None:
+                    break
+                batch = [first]
+                while len(batch) < FLUSH_MAX:
+                    try:
+                        item = self.inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stopping = True
+                        break
+                    batch.append(item)
+                self.flush(batch)
+        finally:
+            close_thread_connections()
+
+    def flush(self, batch: list[Finished]) -> None:
+        """Write ``batch`` in one transaction and report each attempt."""
+        outcomes = [item.outcome for item in batch]
+        try:
+            recorded = persist(lambda: self.store.record_outcomes(outcomes), self.retry_until)
+        except (DatabaseError, JobError) as exc:  # the leases will expire; the jobs stay evidence
+            logger.error("%d outcome(s) could not be recorded: %s", len(batch), exc)
+            recorded = [Recorded(item.outcome, None, exc) for item in batch]
+        for item, result in zip(batch, recorded, strict=True):
+            self.on_recorded(item.held, _report(item, result))
+
+
+def _report(item: Finished, result: Recorded) -> ExecutionReport:
+    outcome = item.outcome
+    if result.status is not None:
+        status = result.status
+        error = outcome.error if outcome.status == "failed" else None
+        if status == "failed" and outcome.status == "cancelled":
+            error = UNREQUESTED_CANCEL
+    elif isinstance(result.refusal, JobError) and result.refusal.code == "E_JOB_LEASE_LOST":
+        status, error = LEASE_LOST, result.refusal.message
+    else:
+        status, error = "unrecorded", str(result.refusal)
+    return ExecutionReport(
+        outcome.lease.job_id,
+        item.operation,
+        item.attempt,
+        outcome.lease.epoch,
+        status,
+        item.duration,
+        error,
+    )

@@ -1,0 +1,133 @@
+"""Stopping a worker: signals, the grace period, releasing unstarted claims, signing off."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import time
+
+from django.db import DatabaseError
+
+from ..errors import LeaseLost
+from .connections import reset_broken_connections
+from .executor import ExecutionReport
+from .held import RELEASED, RUNNING
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+
+class ShutdownMixin:
+    """The worker's graceful stop (a mixin of ``Worker``)."""
+
+    def request_stop(self, *, cancel_running: bool = False) -> None:
+        """Stop claiming; let running jobs finish within the grace period (or cancel them).
+
+        Only sets events, so it is safe in a signal handler (which runs in the main thread, maybe
+        while that thread holds ``self.lock`` or is inside a transaction); the fetch loop does
+        the database work.
+        """
+        if not self.stopping.is_set():
+            self.stop_deadline = time.monotonic() + self.options.grace
+            self.stopping.set()
+        if cancel_running:
+            self.cancel_requested.set()
+        self.wake.set()
+
+    def _stop_step(self) -> bool:
+        """Do one round of the graceful stop; return True when the fetch loop may end.
+
+        Claims no job thread started yet are released at once, so no lease is left to expire;
+        running jobs get the grace period; outcomes are flushed before the worker signs off.
+        """
+        if not self.announced:
+            self.announced = True
+            logger.info("stopping: %d job(s) still running", self.counts[RUNNING])
+        self._release_unstarted()
+        if self.cancel_requested.is_set():
+            self._cancel_running()
+        with self.lock:
+            if not self.held:
+                return True
+        if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+            logger.warning("grace period over; leaving %d job(s) to expire", len(self.held))
+            return True
+        self.wake.wait(0.1)
+        self.wake.clear()
+        return False
+
+    def _release_unstarted(self) -> None:
+        """Hand back every buffered claim (none of its code ran) in one transaction."""
+        while True:
+            try:
+                entry = self.buffer.get_nowait()
+            except queue.Empty:
+                break
+            if entry is not None:
+                with self.lock:
+                    self.unstarted.append(entry)
+        with self.lock:
+            entries, self.unstarted = self.unstarted, []
+        if not entries:
+            return
+        try:
+            released = self.store.release([entry.lease for entry in entries])
+        except DatabaseError:
+            logger.warning("could not release unstarted jobs; retrying", exc_info=True)
+            reset_broken_connections()
+            with self.lock:
+                self.unstarted.extend(entries)
+            return
+        logger.info("released %d claimed job(s) that never started", released)
+        for entry in entries:
+            report = ExecutionReport(
+                entry.lease.job_id,
+                entry.claim.job.operation,
+                entry.claim.job.attempts,
+                entry.lease.epoch,
+                RELEASED,
+                0.0,
+            )
+            self._recorded(entry, report)
+
+    def _cancel_running(self) -> None:
+        """Record a cancellation request for every running job, then tell its executor.
+
+        The request is recorded first: an executor that acknowledges with ``JobCancelled``
+        ends ``cancelled`` only when a request exists (otherwise the job would be failed).
+        A heartbeat just before proves the lease is still ours, so a worker that lost a job to
+        another never asks to cancel the other's attempt. A database error leaves the rest for
+        the next pass of the fetch loop.
+        """
+        with self.lock:
+            entries = [
+                e for e in self.held.values() if e.state == RUNNING and not e.cancel_recorded
+            ]
+        for entry in entries:
+            try:
+                self.store.heartbeat(entry.lease)
+                self.store.request_cancel(entry.lease.job_id)
+                logger.info("job %s cancellation requested (second signal)", entry.lease.job_id)
+            except LeaseLost:
+                pass  # no longer ours: stop the executor, whose writes are refused anyway
+            except DatabaseError:
+                logger.warning("cancellation request failed: database unavailable", exc_info=True)
+                reset_broken_connections()
+                return
+            entry.cancel_recorded = True
+            entry.cancel.set()
+
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs."""
+
+        def handle(signum, frame) -> None:
+            self.request_stop(cancel_running=self.stopping.is_set())
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def _sign_off(self) -> None:
+        try:
+            self.store.worker_stopped()
+        except DatabaseError:
+            logger.warning("could not mark the worker row stopped", exc_info=True)

@@ -308,6 +308,16 @@ def test_attempts_lists_ended_attempts_oldest_first(api, red, now_clock):
 # -- cancel and retry ------------------------------------------------------------------------------
 
 
+def test_attempts_include_a_claim_released_unstarted(api, red):
+    job = red.defer(OP, submission({"n": 1}, key="released"))
+    [claim] = red.claim_batch(limit=1, operations=[OP], resume_expired=[])
+    assert red.release([claim.lease]) == 1
+    body = api.get(f"/jobs/{job.pk}/attempts").json()
+    assert [(a["epoch"], a["outcome"]) for a in body] == [(1, "released")]
+    shown = api.get(f"/jobs/{job.pk}").json()
+    assert (shown["status"], shown["ownership"], shown["attempts"]) == ("pending", "unclaimed", 0)
+
+
 def test_cancel_ends_a_pending_job_and_asks_a_running_one_to_stop(api, red):
     pending = red.defer(OP, submission({"n": 1}, key="c1"))
     running = red.defer(OP, submission({"n": 2}, key="c2"))

@@ -96,7 +96,7 @@ class AttemptOut(Schema):
     claimed_by: str
     started_at: datetime | None
     ended_at: datetime
-    outcome: Literal["complete", "failed", "cancelled", "interrupted"]
+    outcome: Literal["complete", "failed", "cancelled", "interrupted", "released"]
     error: str | None
 
 

@@ -121,6 +121,9 @@ class ClaimMixin(BatchMixin):
                     claimed = self._claim_pending_fast(pending_and_rare, key, now, limit)
                 if claimed:
                     return claimed
+                base, rare = pending_and_rare(now)
+                if not (base.pending_due(now).exists() or rare.exists()):
+                    return []  # nothing at all: no need for the exact path
             except _Disagreement:
                 pass  # rolled back untouched; the exact path below checks rows one by one
         with bounded_atomic(self.using):

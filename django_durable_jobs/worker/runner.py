@@ -116,6 +116,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         self.outcomes: Counter[str] = Counter()
         self.stop_deadline: float | None = None
         self.announced = False
+        self.drained = False  # the last claim found less than it asked for
         self.completer = Completer(
             self.store, on_recorded=self._recorded, retry_until=self._flush_may_succeed
         )
@@ -163,6 +164,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
                 if self._stop_step():
                     return
                 continue
+            self.wake.clear()  # before claiming: a wake-up during the claim is kept
             claimed = self._claim()
             if claimed is None:  # database unavailable: back off, then try again
                 self.wake.wait(delay)
@@ -172,11 +174,10 @@ class Worker(HeartbeatMixin, ShutdownMixin):
             if self._status_due(last_status):
                 last_status = time.monotonic()
                 self.report(self.status_line())
-            if claimed:
-                continue
+            if claimed and not self.drained:
+                continue  # a full batch: more may be waiting
             with self.lock:
                 busy = bool(self.held)
-                self.wake.clear()
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:
                     self.idle.set()
@@ -203,11 +204,13 @@ class Worker(HeartbeatMixin, ShutdownMixin):
     def _claim(self) -> list[Claimed] | None:
         limit = self._claim_budget()
         if limit == 0:
+            self.drained = False
             return []
         try:
             claimed = self.store.claim_batch(
                 operations=self.operations, queues=self.options.queues, limit=limit
             )
+            self.drained = len(claimed) < limit  # nothing more claimable just now
         except DatabaseError:
             logger.warning("claim failed: database unavailable", exc_info=True)
             reset_broken_connections()

@@ -106,7 +106,8 @@ def _without_option(argv: list[str], name: str) -> list[str]:
 def _log_to_stderr(verbosity: int) -> None:
     """Show one line per job transition unless the project's LOGGING already handles ours."""
     logger = logging.getLogger("django_durable_jobs")
-    logger.setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)
+    levels = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO}
+    logger.setLevel(levels.get(verbosity, logging.DEBUG))
     if not logger.hasHandlers():
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

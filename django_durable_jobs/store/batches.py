@@ -218,7 +218,7 @@ class BatchMixin(StoreBase):
             held = [
                 (lease, rows[lease.job_id])
                 for lease in leases
-                if self._held(lease, rows.get(lease.job_id))
+                if self._releasable(lease, rows.get(lease.job_id))
             ]
             history = [_attempt_of(row, now, RELEASED, RELEASED_ERROR) for _, row in held]
             first = [lease for lease, row in held if row.attempts == 1]  # claimed from pending
@@ -243,7 +243,7 @@ class BatchMixin(StoreBase):
         if matched != len(leases):  # the rows are locked and checked: this cannot happen
             raise LeaseLost("Rows changed under their locks while releasing; nothing was written.")
 
-    def _held(self, lease: Lease, row: Job | None) -> bool:
+    def _releasable(self, lease: Lease, row: Job | None) -> bool:
         """Return True while ``lease`` is still this client's claim on ``row``.
 
         Its lease may have run out: as long as nobody took the job since, it is ours to hand

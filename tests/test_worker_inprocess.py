@@ -14,7 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def burst(**options) -> Worker:
-    worker = Worker(WorkerOptions(burst=True, poll=0.05, lease=5, concurrency=2, **options))
+    options.setdefault("concurrency", 2)
+    worker = Worker(WorkerOptions(burst=True, poll=0.05, lease=5, **options))
     assert worker.run() == 0
     return worker
 
@@ -65,3 +66,25 @@ def test_bad_options_are_refused_before_anything_starts(options, message):
     with pytest.raises(ValueError, match=message):
         Worker(WorkerOptions(**options))
     assert not WorkerProcess.objects.exists()
+
+
+def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim():
+    # One job thread, one buffered job: the second waits ~1 s behind the first. Its operation's
+    # timeout (0.5 s) bounds its own store calls from when it starts; counted from the claim it
+    # would already be spent and complete_atomically would refuse with DeadlineExceeded.
+    from django_durable_jobs.registry import operation, unregister
+
+    @operation("tests.quick_atomic", timeout=0.5)
+    def quick_atomic(ctx, payload):
+        return ctx.complete_atomically(lambda execution: '{"ok":true}')
+
+    try:
+        first = submit("tests.sleep", {"seconds": 1.0}, priority=10)
+        second = submit("tests.quick_atomic", {"n": 1})
+        worker = burst(concurrency=1, prefetch=1)
+    finally:
+        unregister("tests.quick_atomic")
+    assert Job.objects.get(pk=first.pk).status == "complete"
+    done = Job.objects.get(pk=second.pk)
+    assert (done.status, done.result, done.error) == ("complete", '{"ok":true}', None)
+    assert worker.claimed == 2

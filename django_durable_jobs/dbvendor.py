@@ -200,11 +200,26 @@ def notify_work(using: str, queue: str) -> None:
     """Wake listening workers when the current transaction commits (PostgreSQL NOTIFY).
 
     Elsewhere workers poll; NOTIFY is only a shortcut, so losing one costs a poll interval.
+    PostgreSQL delivers identical notifications (same channel and payload, here the queue) of one
+    transaction once, at COMMIT, so calling this for every job of a transaction still wakes the
+    workers of each queue once.
     """
-    connection = connections[using]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [WORK_CHANNEL, queue])
+    notice = work_notice(using, queue)
+    if notice is not None:
+        expression, params = notice
+        with connections[using].cursor() as cursor:
+            cursor.execute(f"SELECT {expression}", params)
+
+
+def work_notice(using: str, queue: str) -> tuple[str, list[str]] | None:
+    """Return the SQL expression (and its parameters) that sends ``notify_work``'s wake-up.
+
+    A statement can carry it, so that writing work and announcing it is one round trip. None
+    where the database has no NOTIFY.
+    """
+    if connections[using].vendor != "postgresql":
+        return None
+    return "pg_notify(%s, %s)", [WORK_CHANNEL, queue]
 
 
 def lock_for_update(queryset: QuerySet, *, skip_locked: bool = False) -> QuerySet:
@@ -231,3 +246,28 @@ def can_update_returning(using: str) -> bool:
 
         return sqlite3.sqlite_version_info >= (3, 35)
     return False
+
+
+def lock_gate(using: str, operation: str) -> None:
+    """Lock ``operation``'s ``CapacityGate`` row for this transaction, creating it if missing.
+
+    On MariaDB/MySQL a failed duplicate INSERT leaves a shared lock on the row, so two claimers
+    racing to create the gate would each hold one and deadlock upgrading it for
+    ``SELECT … FOR UPDATE``; ``INSERT … ON DUPLICATE KEY UPDATE`` takes the exclusive lock at once.
+    """
+    from .models import CapacityGate
+
+    connection = connections[using]
+    if connection.vendor == "mysql":
+        table = connection.ops.quote_name(CapacityGate._meta.db_table)
+        column = connection.ops.quote_name(CapacityGate._meta.pk.column)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} ({column}) VALUES (%s) "
+                f"ON DUPLICATE KEY UPDATE {column} = {column}",
+                [operation],
+            )
+        return
+    gates = CapacityGate.objects.using(using)
+    gates.get_or_create(operation=operation)
+    gates.select_for_update().get(operation=operation)

@@ -8,6 +8,10 @@ Child side, run as ``python -m tests.race_child ACTION JSON_ARGS`` with the envi
   sends ``go <unix time>``; it then waits for that instant (so every racer starts at once) and
   prints one JSON line with its outcome: what it won, ``{"code": ...}`` for a ``JobError``, or
   ``{"unexpected": ...}`` for anything else (a deadlock, say);
+* ``claim_batch`` is a racing action that loops ``claim_batch`` over one operation until nothing
+  of it is pending, holding each batch for a random moment (``hold``: [min, max] seconds) before
+  ending it with ``record_outcomes``; right after each claim it counts the operation's running
+  rows, and it reports every job it claimed;
 * ``hold`` opens a transaction that locks one job row (``SELECT ... FOR UPDATE``; on SQLite the
   write lock every IMMEDIATE transaction takes at BEGIN), prints ``{"locked": true}``, waits for
   a line on stdin (at most ``HOLD_MAX`` seconds), rolls back (it changes nothing) and prints
@@ -114,11 +118,64 @@ def _prepare_claim_next(args: dict[str, Any]):
     return run
 
 
+def _prepare_claim_batch(args: dict[str, Any]):
+    import random
+
+    from django_durable_jobs.models import Job, JobStatus
+    from django_durable_jobs.values import Outcome
+
+    store = _store(args)
+    jobs = Job.objects.filter(operation=args["operation"])
+    low, high = args.get("hold", [0.0, 0.0])
+    rng = random.Random(args["actor"])
+    result = json.dumps({"by": args["actor"]})
+
+    def run() -> dict[str, Any]:
+        claimed: list[list[Any]] = []
+        batches = waits = most_running = largest = 0
+        refused: list[str] = []
+        give_up = time.monotonic() + CHILD_TIMEOUT / 2
+        while True:
+            batch = store.claim_batch(
+                operations=[args["operation"]],
+                limit=args["limit"],
+                max_running=args.get("max_running"),
+            )
+            if not batch:
+                if not jobs.filter(status=JobStatus.PENDING).exists():
+                    break
+                if time.monotonic() > give_up:
+                    raise RuntimeError("pending jobs stayed unclaimable")
+                waits += 1  # the rest is locked by other claimers, or the limit is reached
+                time.sleep(0.005)
+                continue
+            most_running = max(most_running, jobs.filter(status=JobStatus.RUNNING).count())
+            batches += 1
+            largest = max(largest, len(batch))
+            claimed.extend([str(c.lease.job_id), c.lease.epoch] for c in batch)
+            time.sleep(rng.uniform(low, high))
+            recorded = store.record_outcomes([Outcome.completed(c.lease, result) for c in batch])
+            refused.extend(str(r.outcome.lease.job_id) for r in recorded if r.status != "complete")
+        return {
+            "actor": args["actor"],
+            "owner_id": store.owner_id,
+            "claimed": claimed,
+            "batches": batches,
+            "largest": largest,
+            "waits": waits,
+            "most_running": most_running,
+            "refused": refused,
+        }
+
+    return run
+
+
 RACES = {
     "claim": _prepare_claim,
     "defer": _prepare_defer,
     "retry": _prepare_retry,
     "claim_next": _prepare_claim_next,
+    "claim_batch": _prepare_claim_batch,
 }
 
 

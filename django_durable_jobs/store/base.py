@@ -13,10 +13,10 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import conf, registry, validation
-from ..dbvendor import bounded_atomic, lock_for_update
+from ..dbvendor import bounded_atomic, lock_for_update, lock_gate
 from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
 from ..execution import Execution
-from ..models import CapacityGate, Job, JobAttempt, JobStatus, assess_ownership
+from ..models import Job, JobAttempt, JobStatus, assess_ownership
 from ..values import Lease
 from .fence import _lease_lost
 
@@ -173,8 +173,7 @@ class StoreBase:
 
     def _free_slots(self, operation: str, cap: int, exclude: Any = None) -> int:
         """Lock the operation's gate and return how many more may run (atomic with the claim)."""
-        CapacityGate.objects.using(self.using).get_or_create(operation=operation)
-        CapacityGate.objects.using(self.using).select_for_update().get(operation=operation)
+        lock_gate(self.using, operation)
         running = Job.objects.using(self.using).filter(
             operation=operation, status=JobStatus.RUNNING
         )

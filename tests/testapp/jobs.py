@@ -82,3 +82,24 @@ def fail(ctx, payload):
 @operation("tests.noop")
 def noop(ctx, payload):
     return None
+
+
+@operation("tests.gate")
+def gate(ctx, payload):
+    """Note whether cancellation was already requested at start, then wait for the test.
+
+    The start marker's text is ``cancelled=True`` or ``cancelled=False``. The job completes once
+    the test creates ``open-<job id>`` in the markers folder, acknowledges a cancellation
+    request, or fails after ``seconds`` (so a test that never opens it cannot hang).
+    """
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}", f"cancelled={ctx.cancelled}")
+    opened = Path(payload["markers"], f"open-{ctx.job_id}")
+    deadline = time.monotonic() + payload.get("seconds", 30)
+    while not opened.exists():
+        if ctx.cancelled:
+            _touch(payload, f"cancelled-{ctx.job_id}")
+            raise JobCancelled("stopped on request")
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never opened the gate")
+        time.sleep(0.02)
+    return {"opened": True, "attempt": ctx.attempt}

@@ -212,6 +212,8 @@ def test_a_malformed_outcome_refuses_the_whole_flush(store):
         [Outcome.completed(first.lease, "{not json"), Outcome.completed(second.lease, "1")],
         [Outcome(first.lease, "running")],
         [Outcome.failed(first.lease, "   ")],
+        [Outcome.failed(first.lease, "x" * 1_048_577)],
+        [Outcome.failed(first.lease, "lone \udc80 surrogate")],
         ["complete"],
     ):
         assert_refused(InputInvalid, "E_JOB_INPUT_INVALID", lambda b=bad: store.record_outcomes(b))

@@ -277,8 +277,11 @@ def _check_outcome(outcome: Any) -> None:
         )
     if outcome.status == JobStatus.COMPLETE:
         validation.json_text(outcome.result_json, "result")
-    if outcome.status == JobStatus.FAILED and not (outcome.error or "").strip():
-        raise InputInvalid("A failure needs a message saying what went wrong.")
+    if outcome.status == JobStatus.FAILED:
+        if not isinstance(outcome.error, str) or not outcome.error.strip():
+            raise InputInvalid("A failure needs a message saying what went wrong.")
+        validation.encodable(outcome.error, "error message")
+        validation.check_size(outcome.error, "error message")
 
 
 def _end(outcome: Outcome, row: Job, now: datetime) -> None:

@@ -2,6 +2,8 @@
 #
 #   make demo    example project on embedded SQLite: migrate, narrated demo
 #   make test    whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite on Django 5.2 LTS
+#   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows
+#                and worker benchmarks (installs the bench extra first)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k lease"
 
@@ -18,6 +20,7 @@ PY_DJ52 := $(VENV_DJ52)/bin/python
 
 PYTEST_ARGS ?=
 export PYTEST_ARGS
+BENCH_ARGS ?=
 
 .PHONY: venv venv-dj52 test lint format demo bench clean services
 
@@ -69,7 +72,14 @@ format: $(VENV)/.installed
 demo: $(VENV)/.installed
 	scripts/demo
 
-bench: $(VENV)/.installed
+# The bench extra on top of .venv, again whenever pyproject.toml changes; never changes Django.
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+	scripts/install-bench $(PY)
+	touch $@
+
+# Extra side-by-side arguments go through BENCH_ARGS, e.g. make bench BENCH_ARGS="--update-docs".
+bench: $(VENV)/.bench-installed | services
+	$(PY) -m benchmarks.side_by_side $(BENCH_ARGS)
 	$(PY) -m benchmarks
 	$(PY) -m benchmarks.worker_latency
 

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.databases import run_per_database
+from benchmarks.databases import recreate_database, run_per_database
 
 ENGINES = ("sqlite", "postgresql", "mariadb")
 SETTINGS_MODULE = "benchmarks.settings"
@@ -180,36 +180,6 @@ def run_child(args: argparse.Namespace) -> int:
     result = Benchmark(args).run()
     Path(args.result_file).write_text(json.dumps(result))
     return 0
-
-
-def recreate_database(engine: str, conf: dict[str, Any]) -> None:
-    """Drop and create one benchmark database with the driver (Django is not set up yet)."""
-    name = conf["NAME"]
-    if engine == "sqlite":
-        Path(name).parent.mkdir(parents=True, exist_ok=True)
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{name}{suffix}").unlink(missing_ok=True)
-    elif engine == "postgresql":
-        import psycopg
-
-        server = {"host": conf["HOST"], "port": int(conf["PORT"]), "user": conf["USER"]}
-        with psycopg.connect(dbname="postgres", autocommit=True, **server) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            connection.execute(f'CREATE DATABASE "{name}"')
-    else:
-        import MySQLdb
-
-        connection = MySQLdb.connect(
-            host=conf["HOST"], port=int(conf["PORT"]), user=conf["USER"], passwd=conf["PASSWORD"]
-        )
-        try:
-            cursor = connection.cursor()
-            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            cursor.execute(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-            )
-        finally:
-            connection.close()
 
 
 def summary(seconds: list[float]) -> dict[str, float]:

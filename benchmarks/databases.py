@@ -8,6 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -83,3 +84,40 @@ def run_per_database(
             else:
                 results.append(json.loads(result_file.read_text()))
     return results, broken
+
+
+def recreate_database(engine: str, conf: dict[str, Any], *, create: bool = True) -> None:
+    """Drop the benchmark database ``conf`` describes (only ever that one) and create it anew.
+
+    Call it before Django opens a connection to it: PostgreSQL and MariaDB are reached through
+    their server's maintenance database with the driver, SQLite by deleting the file. With
+    ``create=False`` the database is only dropped.
+    """
+    name = conf["NAME"]
+    if engine == "sqlite":
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{name}{suffix}").unlink(missing_ok=True)
+    elif engine == "postgresql":
+        import psycopg
+
+        server = {"host": conf["HOST"], "port": int(conf["PORT"]), "user": conf["USER"]}
+        with psycopg.connect(dbname="postgres", autocommit=True, **server) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if create:
+                connection.execute(f'CREATE DATABASE "{name}"')
+    else:
+        import MySQLdb
+
+        connection = MySQLdb.connect(
+            host=conf["HOST"], port=int(conf["PORT"]), user=conf["USER"], passwd=conf["PASSWORD"]
+        )
+        try:
+            cursor = connection.cursor()
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            if create:
+                cursor.execute(
+                    f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+                )
+        finally:
+            connection.close()

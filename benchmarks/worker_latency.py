@@ -42,7 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.databases import run_per_database
+from benchmarks.databases import recreate_database, run_per_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATABASES = ("sqlite", "postgresql", "mariadb")
@@ -188,36 +188,6 @@ def run_child(args: argparse.Namespace) -> int:
     shutil.rmtree(bench.tmp, ignore_errors=True)
     Path(args.result_file).write_text(json.dumps(result))
     return 0
-
-
-def recreate_database(db: str, conf: dict[str, Any]) -> None:
-    """Drop and recreate ``bench_worker_<db>`` (only ever that database)."""
-    name = conf["NAME"]
-    if db == "sqlite":
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{name}{suffix}").unlink(missing_ok=True)
-        Path(name).parent.mkdir(parents=True, exist_ok=True)
-    elif db == "postgresql":
-        import psycopg
-
-        with psycopg.connect(
-            host=conf["HOST"], port=conf["PORT"], user=conf["USER"], dbname="postgres"
-        ) as connection:
-            connection.autocommit = True
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            connection.execute(f'CREATE DATABASE "{name}"')
-    else:
-        import MySQLdb
-
-        connection = MySQLdb.connect(host=conf["HOST"], port=int(conf["PORT"]), user=conf["USER"])
-        try:
-            cursor = connection.cursor()
-            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            cursor.execute(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-            )
-        finally:
-            connection.close()
 
 
 def summary(values_ms: list[float]) -> dict[str, float]:

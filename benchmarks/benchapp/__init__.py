@@ -1,1 +1,1 @@
-"""The operations the worker benchmark (``python -m benchmarks.worker_latency``) runs."""
+"""No-op jobs for the worker benchmarks: ``bench.noop`` for ours, ``tasks.noop`` for django-tasks-db."""

@@ -1,0 +1,67 @@
+"""The side-by-side benchmark runs: a tiny run of ours on this test run's database engine.
+
+It starts ``python -m benchmarks.side_by_side --systems ours`` in a subprocess with a few dozen
+jobs and checks the JSON report it writes: drains by one and by two ``runjobs`` processes with
+positive throughput and CPU per job, every job complete once (the benchmark's own check), enqueue
+and latency figures. It measures nothing against a target and needs none of the ``bench`` extra.
+
+Its database is the benchmark's own, ``bench_cmp_ours_<db>_smoke[_<suffix>]`` (suffix from
+``DURABLE_JOBS_TEST_DB_SUFFIX``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.databases import database, recreate_database
+from benchmarks.systems import database_name
+
+pytestmark = pytest.mark.processes
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
+    db = os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite"
+    run_suffix = "".join(
+        c for c in os.environ.get("DURABLE_JOBS_TEST_DB_SUFFIX", "") if c.isalnum()
+    )
+    suffix = f"smoke_{run_suffix}" if run_suffix else "smoke"
+    command = [sys.executable, "-m", "benchmarks.side_by_side", "--systems", "ours", "--db", db]
+    command += ["--drain-jobs", "40", "--processes", "1,2", "--enqueue-jobs", "20"]
+    command += ["--bulk-jobs", "200", "--bulk-size", "100", "--latency-jobs", "5"]
+    command += ["--poll-latency-jobs", "2", "--timeout", "60", "--no-chart"]
+    command += ["--db-suffix", suffix, "--output-dir", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
+    try:
+        run = subprocess.run(
+            command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        name = database_name("ours", db, suffix)
+        recreate_database(db, database(db, name, "DURABLE_JOBS_TEST_DB"), create=False)
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-4000:]}"
+    (report_file,) = tmp_path.glob("side-by-side-*.json")
+    report = json.loads(report_file.read_text())
+    assert report["exit_status"] == 0 and report["problems"] == []
+    ours = report["results"][db]["ours"]
+    assert ours["status"] == "ok", ours
+    drains = ours["drain"]["default"]
+    assert sorted(drains) == ["1", "2"]
+    for figures in drains.values():
+        assert figures["jobs"] == 40
+        assert figures["jobs_per_s"] > 0
+        assert figures["wall_seconds"] > 0
+        assert figures["cpu_us_per_job"] > 0
+        assert figures["violations"] == []
+    assert ours["idle"]["default"]["cpu_seconds"] > 0
+    assert ours["enqueue"]["single"]["jobs_per_s"] > 0
+    assert ours["latency"]["jobs"] == (5 if db == "postgresql" else 2)
+    assert ours["latency"]["start_ms"]["p50"] > 0
+    assert "django-durable-jobs" in run.stdout

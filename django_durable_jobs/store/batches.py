@@ -297,4 +297,9 @@ def _end(outcome: Outcome, row: Job, now: datetime) -> None:
 
 
 def _claim_order(row: Job) -> tuple:
-    return (-row.priority, row.run_after, row.created_at, str(row.pk))
+    """Return the sort key of the claim order, without the id: ties keep the database's order.
+
+    A stable sort over rows read in claim order leaves ties as the database ordered them by id
+    (MariaDB's UUID type does not sort like the id's text, so Python must not break them).
+    """
+    return (-row.priority, row.run_after, row.created_at)

@@ -3,7 +3,7 @@
 from .errors import JobCancelled, JobError
 from .registry import operation
 
-__all__ = ["JobCancelled", "JobError", "operation", "submit"]
+__all__ = ["JobCancelled", "JobError", "operation", "submit", "submit_many"]
 
 
 def submit(operation, payload, **options):  # noqa: ANN001, ANN201 - typed in .submission
@@ -11,6 +11,13 @@ def submit(operation, payload, **options):  # noqa: ANN001, ANN201 - typed in .s
     from .submission import submit as submit_job
 
     return submit_job(operation, payload, **options)
+
+
+def submit_many(operation, payloads, **options):  # noqa: ANN001, ANN201 - typed in .submission
+    """Enqueue one job per payload; see :func:`django_durable_jobs.submission.submit_many`."""
+    from .submission import submit_many as submit_jobs
+
+    return submit_jobs(operation, payloads, **options)
 
 
 __version__ = "0.1.0"

@@ -1,0 +1,303 @@
+"""The enqueue statement: insert job rows unless their idempotency key is taken.
+
+Enqueueing is dominated by round trips, so a new job costs one statement and no savepoint: the
+insert itself skips a row whose (scope, operation, idempotency key) or id is already held, and says
+what it did.
+
+* PostgreSQL: ``INSERT … ON CONFLICT DO NOTHING`` in a CTE whose outer SELECT counts the new rows
+  and, when there are any, sends the queue's NOTIFY in the same round trip. Beyond two rows the
+  insert reads ``unnest()`` of four arrays (the columns that vary) and binds the shared values
+  once: a VALUES list of 1,000 rows took 55 ms to bind and 27 ms to plan, the arrays 5 ms and
+  0.2 ms. For one or two rows the VALUES list is the faster one.
+* SQLite: ``INSERT … VALUES … ON CONFLICT DO NOTHING``; the driver's row count says how many went in.
+* MariaDB: ``INSERT … VALUES … ON DUPLICATE KEY UPDATE id = id RETURNING …``, which returns the new
+  row or the one holding the key. (Django connects with ``CLIENT_FOUND_ROWS``, so the affected-row
+  count cannot tell the two apart.) MySQL has no ``RETURNING``: a SELECT of the keys follows.
+
+When not every row went in, one SELECT per statement reads the rows holding the keys; the store
+applies the idempotency rules to them. Columns, types and adaptation come from the model's
+metadata and ``connection.ops``, so the statements follow the schema on every database.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from ..dbvendor import work_notice
+from ..models import Job
+
+# The columns that differ from row to row; every other column is the same for a whole call.
+VARYING = (Job._meta.pk.attname, "idempotency_key", "proposal", "proposal_hash")
+FIELDS = tuple(Job._meta.concrete_fields)
+ATTNAMES = tuple(f.attname for f in FIELDS)
+SLOTS = tuple(ATTNAMES.index(name) for name in VARYING)
+ROWS_PER_STATEMENT = 2_000
+# PostgreSQL binds a VALUES list faster up to a few rows, the unnest form beyond (measured).
+VALUES_ROWS_MOST = 2
+# Proposal characters per statement: far below MariaDB's default 16 MiB max_allowed_packet even
+# when every character is escaped or four bytes long.
+CHARS_PER_STATEMENT = 2_000_000
+
+
+@dataclass(frozen=True)
+class NewRow:
+    """What one enqueued row does not share with the others of its call."""
+
+    pk: uuid.UUID
+    key: str
+    proposal: str
+    proposal_hash: str
+
+
+def enqueue(
+    using: str, fields: dict[str, Any], rows: Sequence[NewRow], *, notify: str | None = None
+) -> list[tuple[Job | None, bool]]:
+    """Insert ``rows`` (their other columns set from ``fields``) whose keys are free.
+
+    Return, for each row in order, the job holding its key once the statements ran, and whether
+    that job was built from the values just inserted rather than read from the database. The job
+    is the new row, or the earlier job holding the key (the caller compares its proposal), or
+    None when the row's id is taken by a job of another key. ``fields`` holds at least
+    ``scope``, ``operation``, ``created_at`` and ``run_after``; the keys of ``rows`` are
+    distinct. ``notify`` names the queue to wake when the transaction commits (PostgreSQL).
+    """
+    insert = _Insert(using, fields)
+    if len(rows) == 1:
+        return insert.run(rows, notify)
+    # Rows go in sorted by key, so that concurrent calls over the same keys wait on each other
+    # in one order instead of deadlocking.
+    order = sorted(range(len(rows)), key=lambda index: rows[index].key)
+    held: list[tuple[Job | None, bool]] = []
+    for chunk in _chunks([rows[index] for index in order], _rows_per_statement(insert.connection)):
+        held.extend(insert.run(chunk, notify))
+    in_order: list[tuple[Job | None, bool]] = [(None, False)] * len(rows)
+    for index, pair in zip(order, held, strict=True):
+        in_order[index] = pair
+    return in_order
+
+
+def _chunks(rows: Sequence[NewRow], most: int) -> Iterator[Sequence[NewRow]]:
+    start, chars = 0, 0
+    for index, row in enumerate(rows):
+        if index > start and (
+            index - start >= most or chars + len(row.proposal) > CHARS_PER_STATEMENT
+        ):
+            yield rows[start:index]
+            start, chars = index, 0
+        chars += len(row.proposal)
+    if start < len(rows):
+        yield rows[start:]
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the enqueue statements of one database alias share, worked out once."""
+
+    table: str  # quoted
+    columns: str  # quoted, in model order
+    casts: tuple[str, ...]  # each column's SQL type, for PostgreSQL's casts
+    defaults: tuple[tuple[Any, Any] | None, ...]  # (value, adapted) of a constant default
+
+
+@functools.cache
+def _shape(using: str) -> _Shape:
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    fields = Job._meta.concrete_fields
+    defaults = []
+    for field in fields:
+        if field.attname in VARYING or callable(field.default):
+            defaults.append(None)  # set per row, or computed per call
+        else:
+            value = field.get_default()
+            defaults.append((value, field.get_db_prep_save(value, connection)))
+    return _Shape(
+        table=quote(Job._meta.db_table),
+        columns=", ".join(quote(f.column) for f in fields),
+        casts=tuple(f.cast_db_type(connection) for f in fields),
+        defaults=tuple(defaults),
+    )
+
+
+def _rows_per_statement(connection: Any) -> int:
+    """Return how many rows one VALUES list may hold: one placeholder per column and row."""
+    if connection.vendor == "postgresql":  # its large chunks bind four arrays instead
+        return ROWS_PER_STATEMENT
+    most = connection.ops.bulk_batch_size(list(FIELDS), range(ROWS_PER_STATEMENT))
+    if connection.vendor == "sqlite":
+        # Django 5.2 assumes SQLite's old limit of 999 placeholders; ask the connection.
+        connection.ensure_connection()
+        limit = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        most = max(most, limit // len(FIELDS))
+    return max(1, min(ROWS_PER_STATEMENT, most))
+
+
+class _Insert:
+    """The enqueue statement of one call: its shared values adapted once, its rows in chunks."""
+
+    def __init__(self, using: str, fields: dict[str, Any]) -> None:
+        self.using = using
+        self.connection = connections[using]
+        self.fields = fields
+        shape = _shape(using)
+        self.table, self.columns, self.casts = shape.table, shape.columns, shape.casts
+        self.slots = SLOTS
+        # Column values in model order, for Python (the returned jobs) and for the database.
+        self.values: list[Any] = [None] * len(ATTNAMES)
+        self.prepared: list[Any] = [None] * len(ATTNAMES)
+        for index, (field, default) in enumerate(zip(FIELDS, shape.defaults, strict=True)):
+            if field.attname in fields:
+                value = fields[field.attname]
+            elif default is not None:
+                self.values[index], self.prepared[index] = default
+                continue
+            elif field.attname in VARYING:
+                continue
+            else:
+                value = field.get_default()
+            self.values[index] = value
+            self.prepared[index] = field.get_db_prep_save(value, self.connection)
+
+    def run(self, chunk: Sequence[NewRow], notify: str | None) -> list[tuple[Job | None, bool]]:
+        vendor = self.connection.vendor
+        returned: list[Job] | None = None
+        with self.connection.cursor() as cursor:
+            if vendor == "postgresql":
+                cursor.execute(*self._counted_sql(chunk, notify))
+                inserted = cursor.fetchone()[0]
+            else:
+                cursor.execute(*self._insert_sql(chunk))
+                if vendor == "mysql" and self.connection.features.can_return_columns_from_insert:
+                    returned = [self._load(record) for record in cursor.fetchall()]
+                inserted = cursor.rowcount if vendor != "mysql" else -1
+        if inserted == len(chunk):
+            return [(self._new_job(row), True) for row in chunk]
+        if returned is None:
+            returned = self._holders([row.key for row in chunk])
+        held = {
+            job.idempotency_key: job
+            for job in returned
+            if (job.scope, job.operation) == (self.fields["scope"], self.fields["operation"])
+        }
+        # A key the database matched another way (MariaDB's collations ignore case) is read alone.
+        return [
+            (held.get(row.key) or next(iter(self._holders([row.key])), None), False)
+            for row in chunk
+        ]
+
+    def _counted_sql(self, chunk: Sequence[NewRow], notify: str | None) -> tuple[str, list]:
+        """Return PostgreSQL's insert, answering how many rows went in and sending the NOTIFY."""
+        insert, params = self._insert_sql(chunk)
+        sql = f"WITH ins AS ({insert} RETURNING 1) SELECT count(*)"
+        notice = work_notice(self.using, notify) if notify is not None else None
+        if notice is not None:
+            expression, notice_params = notice
+            sql += f", CASE WHEN count(*) > 0 THEN {expression} END"
+            params.extend(notice_params)
+        return sql + " FROM ins", params
+
+    def _insert_sql(self, chunk: Sequence[NewRow]) -> tuple[str, list]:
+        """Return the INSERT of ``chunk`` that skips rows whose key or id is taken."""
+        connection = self.connection
+        pk = Job._meta.pk
+        if connection.vendor == "postgresql" and len(chunk) > VALUES_ROWS_MOST:
+            return self._unnest_sql(chunk)
+        id_slot, key_slot, proposal_slot, hash_slot = self.slots
+        params: list[Any] = []
+        for row in chunk:
+            values = list(self.prepared)
+            values[id_slot] = pk.get_db_prep_save(row.pk, connection)
+            values[key_slot] = row.key
+            values[proposal_slot] = row.proposal
+            values[hash_slot] = row.proposal_hash
+            params.extend(values)
+        placeholders = "(" + ", ".join(["%s"] * len(self.prepared)) + ")"
+        sql = f"INSERT INTO {self.table} ({self.columns}) VALUES " + ", ".join(
+            [placeholders] * len(chunk)
+        )
+        if connection.vendor == "mysql":
+            pk_column = connection.ops.quote_name(pk.column)
+            sql += f" ON DUPLICATE KEY UPDATE {pk_column} = {pk_column}"
+            if connection.features.can_return_columns_from_insert:
+                sql += f" RETURNING {self.columns}"
+        else:
+            sql += " ON CONFLICT DO NOTHING"
+        return sql, params
+
+    def _unnest_sql(self, chunk: Sequence[NewRow]) -> tuple[str, list]:
+        """Return PostgreSQL's INSERT of many rows: four arrays, the shared values once."""
+        pk = Job._meta.pk
+        select, params = [], []
+        for index, (value, cast) in enumerate(zip(self.prepared, self.casts, strict=True)):
+            if index in self.slots:
+                select.append(f"u.c{self.slots.index(index)}")
+            else:
+                select.append(f"CAST(%s AS {cast})")
+                params.append(value)
+        params.extend(
+            [
+                [pk.get_db_prep_save(row.pk, self.connection) for row in chunk],
+                [row.key for row in chunk],
+                [row.proposal for row in chunk],
+                [row.proposal_hash for row in chunk],
+            ]
+        )
+        arrays = ", ".join(f"%s::{self.casts[slot]}[]" for slot in self.slots)
+        sql = (
+            f"INSERT INTO {self.table} ({self.columns}) SELECT {', '.join(select)} "
+            f"FROM unnest({arrays}) AS u(c0, c1, c2, c3) ON CONFLICT DO NOTHING"
+        )
+        return sql, params
+
+    def _new_job(self, row: NewRow) -> Job:
+        """Return the job just inserted for ``row``, as the ORM would load it."""
+        values = list(self.values)
+        for slot, value in zip(
+            self.slots, (row.pk, row.key, row.proposal, row.proposal_hash), strict=True
+        ):
+            values[slot] = value
+        return Job.from_db(self.using, ATTNAMES, values)
+
+    def _load(self, record: Sequence[Any]) -> Job:
+        """Return the job of a row the database returned, through Django's converters."""
+        values = list(record)
+        for index, column, converters in _converters(self.using):
+            for converter in converters:
+                values[index] = converter(values[index], column, self.connection)
+        return Job.from_db(self.using, ATTNAMES, values)
+
+    def _holders(self, keys: list[str]) -> list[Job]:
+        """Return the jobs holding ``keys`` (in this call's scope and operation)."""
+        quote = self.connection.ops.quote_name
+        scope, operation, key = (
+            quote(Job._meta.get_field(name).column)
+            for name in ("scope", "operation", "idempotency_key")
+        )
+        placeholders = ", ".join(["%s"] * len(keys))
+        sql = (
+            f"SELECT {self.columns} FROM {self.table} "
+            f"WHERE {scope} = %s AND {operation} = %s AND {key} IN ({placeholders})"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [self.fields["scope"], self.fields["operation"], *keys])
+            return [self._load(record) for record in cursor.fetchall()]
+
+
+@functools.cache
+def _converters(using: str) -> tuple[tuple[int, Any, tuple], ...]:
+    """Return, per column that has any, Django's converters from database to Python values."""
+    connection = connections[using]
+    found = []
+    for index, field in enumerate(Job._meta.concrete_fields):
+        column = field.get_col(Job._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        if converters:
+            found.append((index, column, tuple(converters)))
+    return tuple(found)

@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -283,31 +282,9 @@ class WorkerBench:
 
     def insert_silently(self, payload: dict[str, Any], count: int = 1) -> Any:
         """Insert authentic pending rows without NOTIFY; return the last id."""
-        from django.utils import timezone
+        from benchmarks.rows import insert_pending
 
-        from django_durable_jobs.models import Job, proposal_sha256
-        from django_durable_jobs.values import canonical_json
-
-        proposal = canonical_json(payload)
-        now = timezone.now()
-        rows = []
-        for _ in range(count):
-            pk = uuid.uuid4()
-            rows.append(
-                Job(
-                    id=pk,
-                    operation=OPERATION,
-                    status="pending",
-                    scope="default",
-                    idempotency_key=str(pk),
-                    proposal=proposal,
-                    proposal_hash=proposal_sha256(proposal),
-                    created_at=now,
-                    run_after=now,
-                )
-            )
-        Job.objects.bulk_create(rows, batch_size=500)
-        return rows[-1].pk
+        return insert_pending(OPERATION, [payload] * count)[-1].pk
 
     # -- latency --------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ and exactly one ``JobAttempt`` row; anything else is reported as a violation.
 from __future__ import annotations
 
 import json
-import uuid
 from argparse import Namespace
 from typing import Any
 
@@ -67,30 +66,9 @@ class Ours(DjangoSystem):
                 self.enqueue_many(payloads)
 
     def _insert_rows(self, payloads: list[dict[str, Any]]) -> None:
-        from django.utils import timezone
+        from benchmarks.rows import insert_pending
 
-        from django_durable_jobs.models import Job, JobStatus, proposal_sha256
-        from django_durable_jobs.values import canonical_json
-
-        now = timezone.now()
-        rows = []
-        for item in payloads:
-            pk = uuid.uuid4()
-            proposal = canonical_json(item)
-            rows.append(
-                Job(
-                    id=pk,
-                    operation=OPERATION,
-                    status=JobStatus.PENDING,
-                    scope="default",
-                    idempotency_key=str(pk),
-                    proposal=proposal,
-                    proposal_hash=proposal_sha256(proposal),
-                    created_at=now,
-                    run_after=now,
-                )
-            )
-        Job.objects.bulk_create(rows, batch_size=500)
+        insert_pending(OPERATION, payloads)
 
     def worker_argv(self, *, burst: bool) -> list[str]:
         argv = self.django_command("runjobs", "--concurrency", CONCURRENCY)

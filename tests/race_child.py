@@ -3,11 +3,11 @@
 Child side, run as ``python -m tests.race_child ACTION JSON_ARGS`` with the environment of the
 ``db_settings_env`` fixture:
 
-* a racing action (``claim``, ``defer``, ``retry``, ``claim_next``) sets Django up, builds its store,
-  opens its database connection, prints ``{"ready": true}`` and blocks on stdin until the parent
-  sends ``go <unix time>``; it then waits for that instant (so every racer starts at once) and
-  prints one JSON line with its outcome: what it won, ``{"code": ...}`` for a ``JobError``, or
-  ``{"unexpected": ...}`` for anything else (a deadlock, say);
+* a racing action (``claim``, ``defer``, ``retry``, ``claim_next``, ``submit_many``) sets Django
+  up, builds its store, opens its database connection, prints ``{"ready": true}`` and blocks on
+  stdin until the parent sends ``go <unix time>``; it then waits for that instant (so every racer
+  starts at once) and prints one JSON line with its outcome: what it won, ``{"code": ...}`` for a
+  ``JobError``, or ``{"unexpected": ...}`` for anything else (a deadlock, say);
 * ``claim_batch`` is a racing action that loops ``claim_batch`` over one operation until nothing
   of it is pending, holding each batch for a random moment (``hold``: [min, max] seconds) before
   ending it with ``record_outcomes``; right after each claim it counts the operation's running
@@ -170,12 +170,23 @@ def _prepare_claim_batch(args: dict[str, Any]):
     return run
 
 
+def _prepare_submit_many(args: dict[str, Any]):
+    from django_durable_jobs import submit_many
+
+    def run() -> dict[str, Any]:
+        jobs = submit_many(args["operation"], args["payloads"], idempotency_keys=args["keys"])
+        return {"job_ids": [str(job.pk) for job in jobs]}
+
+    return run
+
+
 RACES = {
     "claim": _prepare_claim,
     "defer": _prepare_defer,
     "retry": _prepare_retry,
     "claim_next": _prepare_claim_next,
     "claim_batch": _prepare_claim_batch,
+    "submit_many": _prepare_submit_many,
 }
 
 

@@ -28,7 +28,7 @@ from django_durable_jobs.errors import (
 from django_durable_jobs.models import Job, proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Submission
 from django_durable_jobs.values import canonical_json
-from tests.submit_race_child import SubmitManyChildren
+from tests.race_child import Children
 from tests.support import FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow
 
@@ -323,7 +323,7 @@ def test_processes_racing_the_same_keys_leave_one_row_per_key(db_settings_env):
     # The other racer sends the same submissions in the opposite order: the database must sort
     # out rows both insert at once without a deadlock, a failure or a duplicate.
     backward = {"operation": OP, "payloads": sent[::-1], "keys": names[::-1]}
-    with SubmitManyChildren(db_settings_env, [forward, backward]) as racers:
+    with Children(db_settings_env, "submit_many", [forward, backward]) as racers:
         outcomes = racers.race()
     assert all("job_ids" in outcome for outcome in outcomes), outcomes
     rows = dict(Job.objects.values_list("idempotency_key", "id"))
@@ -335,7 +335,7 @@ def test_processes_racing_the_same_keys_leave_one_row_per_key(db_settings_env):
 @pytest.mark.processes
 def test_processes_racing_one_call_each_get_the_same_jobs(db_settings_env):
     args = {"operation": OP, "payloads": payloads(200), "keys": keys(200, "same")}
-    with SubmitManyChildren(db_settings_env, [args, args, args]) as racers:
+    with Children(db_settings_env, "submit_many", [args, args, args]) as racers:
         outcomes = racers.race()
     assert all("job_ids" in outcome for outcome in outcomes), outcomes
     assert outcomes[0]["job_ids"] == outcomes[1]["job_ids"] == outcomes[2]["job_ids"]

@@ -8,6 +8,8 @@ than running the statements, so these few are written once here, from the model'
 from __future__ import annotations
 
 import functools
+import json
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +36,43 @@ def _names(using: str) -> tuple[str, str]:
     table = _quote(using, Job._meta.db_table)
     columns = ", ".join(f"{table}.{_quote(using, f.column)}" for f in Job._meta.concrete_fields)
     return table, columns
+
+
+_ATTNAMES = tuple(f.attname for f in Job._meta.concrete_fields)
+
+
+@functools.cache
+def _converters(using: str) -> tuple[tuple[int, Any, tuple], ...]:
+    """Return, per column that has any, Django's converters from database to Python values."""
+    connection = connections[using]
+    found = []
+    for index, field in enumerate(Job._meta.concrete_fields):
+        column = field.get_col(Job._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        if converters:
+            found.append((index, column, tuple(converters)))
+    return tuple(found)
+
+
+def load_job(using: str, record: Sequence[Any]) -> Job:
+    """Return the job of a row selected as ``_names(using)``'s columns, as the ORM loads it.
+
+    What ``Job.objects.raw()`` does, without the per-query machinery that cost more than the
+    statement at batch sizes.
+    """
+    values = list(record)
+    connection = connections[using]
+    for index, column, converters in _converters(using):
+        for converter in converters:
+            values[index] = converter(values[index], column, connection)
+    return Job.from_db(using, _ATTNAMES, values)
+
+
+def fetch_jobs(using: str, sql: str, params: Sequence[Any]) -> list[Job]:
+    """Run ``sql`` (selecting or returning ``_names(using)``'s columns); return its jobs."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [load_job(using, record) for record in cursor.fetchall()]
 
 
 class JobRows:
@@ -72,7 +111,7 @@ class JobRows:
         sql = f"SELECT {self.columns} FROM {self.table} WHERE {' AND '.join(where)} ORDER BY {pk}"
         if lock and connections[self.using].features.has_select_for_update:
             sql += " FOR UPDATE"
-        return {row.pk: row for row in Job.objects.using(self.using).raw(sql, params)}
+        return {row.pk: row for row in fetch_jobs(self.using, sql, params)}
 
     def update_fenced(
         self,
@@ -104,6 +143,8 @@ class JobRows:
             else:
                 assignments.append(f"{column} = %s")
                 values.append(field.get_db_prep_save(value, connection))
+        if connection.vendor == "postgresql":
+            return self._update_fenced_pg(leases, assignments, values, owner_id, unexpired_at, each)
         for name, by_job in (each or {}).items():
             if not by_job:
                 continue
@@ -135,6 +176,68 @@ class JobRows:
             cursor.execute(sql, [*values, *params])
             return cursor.rowcount
 
+    def _update_fenced_pg(
+        self,
+        leases: Sequence[Lease],
+        assignments: list[str],
+        values: list,
+        owner_id: str,
+        unexpired_at: datetime | None,
+        each: dict[str, dict[Any, Any]] | None,
+    ) -> int:
+        """``update_fenced`` on PostgreSQL: the per-row values travel as one JSON document.
+
+        Each row of it names a job, its lease's epoch and the values ``each`` gives that job
+        (with a flag per field saying whether it gives one); a row changes only where the job is
+        at that epoch, so the fence is still checked per row in SQL.
+        """
+        connection = connections[self.using]
+        meta = Job._meta
+        table = self.table
+        shape = ["id uuid", "epoch bigint"]
+        for name in each or {}:
+            field = meta.get_field(name)
+            shape += [f"{name} {field.db_type(connection)}", f"{name}__set boolean"]
+            column = _quote(self.using, field.column)
+            assignments.append(
+                f"{column} = CASE WHEN v.{name}__set THEN v.{name} ELSE {table}.{column} END"
+            )
+        rows = []
+        for lease in leases:
+            row = {"id": str(lease.job_id), "epoch": lease.epoch}
+            for name, by_job in (each or {}).items():
+                if lease.job_id in by_job:
+                    row[name], row[f"{name}__set"] = by_job[lease.job_id], True
+            rows.append(row)
+        where = [
+            f"{table}.{_quote(self.using, meta.pk.column)} = v.id",
+            f"{table}.fencing_epoch = v.epoch",
+            f"{table}.owner_id = %s",
+            f"{table}.status = %s",
+        ]
+        params = [owner_id, JobStatus.RUNNING]
+        if unexpired_at is not None:
+            where.append(f"{table}.lease_expires_at > %s")
+            params.append(unexpired_at)
+        self._scoped(where, params)
+        sql = (
+            f"UPDATE {table} SET {', '.join(assignments)} "
+            f"FROM jsonb_to_recordset(%s::jsonb) AS v({', '.join(shape)}) "
+            f"WHERE {' AND '.join(where)}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*values, json.dumps(rows), *params])
+            return cursor.rowcount
+
+
+def _jsonable(value: Any) -> Any:
+    """Return ``value`` as JSON can carry it for PostgreSQL to read back exactly."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
 
 def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
     """Insert history rows in one multi-row INSERT.
@@ -147,6 +250,20 @@ def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
     meta = JobAttempt._meta
     fields = [f for f in meta.concrete_fields if f is not meta.pk]
     columns = ", ".join(_quote(using, f.column) for f in fields)
+    if connection.vendor == "postgresql":
+        # One JSON document instead of nine escaped parameters a row (the client-side
+        # escaping of the snapshots cost more than the INSERT).
+        shape = ", ".join(f"{_quote(using, f.column)} {f.db_type(connection)}" for f in fields)
+        document = json.dumps(
+            [{f.column: _jsonable(getattr(a, f.attname)) for f in fields} for a in attempts]
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {_quote(using, meta.db_table)} ({columns}) SELECT {columns} "
+                f"FROM jsonb_to_recordset(%s::jsonb) AS attempt({shape})",
+                [document],
+            )
+        return
     row = f"({', '.join(['%s'] * len(fields))})"
     params = [
         field.get_db_prep_save(getattr(attempt, field.attname), connection)
@@ -215,7 +332,7 @@ class ClaimStatement:
 
     def select(self, using: str, now: datetime) -> list[Job]:
         """Lock and return the candidate rows (databases without ``UPDATE … RETURNING``)."""
-        return list(Job.objects.using(using).raw(self.sql, self._bind(using, now)))
+        return fetch_jobs(using, self.sql, self._bind(using, now))
 
     def take(self, using: str, now: datetime, changes: dict[str, Any]) -> list[Job]:
         """Run one ``UPDATE … RETURNING`` over the intact candidates; return them as claimed."""
@@ -236,4 +353,4 @@ class ClaimStatement:
             f"{self.sql} UPDATE {table} SET {', '.join(assignments)} "
             f"WHERE {table}.{pk} IN (SELECT {pk} FROM intact) RETURNING {columns}"
         )
-        return list(Job.objects.using(using).raw(sql, [*self._bind(using, now), *params]))
+        return fetch_jobs(using, sql, [*self._bind(using, now), *params])

@@ -32,6 +32,7 @@ from django.db import connections
 
 from ..dbvendor import work_notice
 from ..models import Job
+from .batch_sql import load_job
 
 # The columns that differ from row to row; every other column is the same for a whole call.
 VARYING = (Job._meta.pk.attname, "idempotency_key", "proposal", "proposal_hash")
@@ -267,11 +268,7 @@ class _Insert:
 
     def _load(self, record: Sequence[Any]) -> Job:
         """Return the job of a row the database returned, through Django's converters."""
-        values = list(record)
-        for index, column, converters in _converters(self.using):
-            for converter in converters:
-                values[index] = converter(values[index], column, self.connection)
-        return Job.from_db(self.using, ATTNAMES, values)
+        return load_job(self.using, record)
 
     def _holders(self, keys: list[str]) -> list[Job]:
         """Return the jobs holding ``keys`` (in this call's scope and operation)."""
@@ -288,16 +285,3 @@ class _Insert:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [self.fields["scope"], self.fields["operation"], *keys])
             return [self._load(record) for record in cursor.fetchall()]
-
-
-@functools.cache
-def _converters(using: str) -> tuple[tuple[int, Any, tuple], ...]:
-    """Return, per column that has any, Django's converters from database to Python values."""
-    connection = connections[using]
-    found = []
-    for index, field in enumerate(Job._meta.concrete_fields):
-        column = field.get_col(Job._meta.db_table)
-        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-        if converters:
-            found.append((index, column, tuple(converters)))
-    return tuple(found)

@@ -88,3 +88,24 @@ def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim():
     done = Job.objects.get(pk=second.pk)
     assert (done.status, done.result, done.error) == ("complete", '{"ok":true}', None)
     assert worker.claimed == 2
+
+
+def test_a_failure_message_the_store_would_refuse_does_not_sink_the_flush():
+    # Outcomes are written in batches: a message with a lone surrogate (no UTF-8 form) must be
+    # made storable, not refuse its whole flush and leave every job in it to expire.
+    from django_durable_jobs.registry import operation, unregister
+
+    @operation("tests.unencodable")
+    def unencodable(ctx, payload):
+        raise RuntimeError("broken \udc80 bytes")
+
+    try:
+        bad = submit("tests.unencodable", {"n": 1})
+        good = [submit("tests.noop", {"n": n}) for n in range(3)]
+        worker = burst(concurrency=4)
+    finally:
+        unregister("tests.unencodable")
+    failed = Job.objects.get(pk=bad.pk)
+    assert (failed.status, failed.error) == ("failed", "RuntimeError: broken ? bytes")
+    assert {Job.objects.get(pk=j.pk).status for j in good} == {"complete"}
+    assert worker.outcomes == {"complete": 3, "failed": 1}

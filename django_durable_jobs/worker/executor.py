@@ -92,7 +92,7 @@ def run(ctx: JobContext, func: Callable[[JobContext], Any]) -> Outcome | None:
             return Outcome.failed(ctx.lease, f"The executor's result was refused: {exc.message}")
     if kind == CANCELLED:
         return Outcome.cancelled(ctx.lease)
-    return Outcome.failed(ctx.lease, _message(value))
+    return Outcome.failed(ctx.lease, message_of(value))
 
 
 def _raiser(error: Exception) -> Callable[[JobContext], Any]:
@@ -178,14 +178,20 @@ def _record(store: DurableJobStore, lease: Lease, kind: str, value: Any) -> tupl
                 return CANCELLED, None
             except InputInvalid:  # stopped without a recorded request
                 kind, value = FAILED, "The executor raised JobCancelled without a request."
-        message = _message(value)
+        message = message_of(value)
         store.fail(lease, message)
         return FAILED, message
     except LeaseLost as exc:
         return LEASE_LOST, exc.message
 
 
-def _message(error: Any) -> str:
+def message_of(error: Any) -> str:
+    """Return ``error`` as a failure message the store always accepts.
+
+    Bounded in length, and with characters that have no UTF-8 form (lone surrogates) replaced:
+    the worker writes outcomes in batches, where one refused message would refuse them all.
+    """
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    text = text.strip() or "The executor failed without a message."
+    text = text.encode("utf-8", "replace").decode("utf-8").strip()
+    text = text or "The executor failed without a message."
     return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"

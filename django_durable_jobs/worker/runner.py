@@ -26,7 +26,7 @@ from ..store import DurableJobStore, Lease
 from ..values import Claimed, Outcome
 from .completer import FLUSH_MAX, Completer, Finished
 from .connections import close_thread_connections, reset_broken_connections
-from .executor import COMPLETE, ExecutionReport, log, prepare, run
+from .executor import COMPLETE, ExecutionReport, log, message_of, prepare, run
 from .heartbeat import HeartbeatMixin
 from .held import BUFFERED, DONE, FINISHING, RUNNING, Held, key
 from .listener import NotifyListener
@@ -271,7 +271,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
             outcome = run(ctx, func)
         except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
             logger.exception("job %s could not be run", lease.job_id)
-            outcome = Outcome.failed(lease, f"The job could not be started: {exc}")
+            outcome = Outcome.failed(lease, message_of(exc))
         duration = time.monotonic() - started
         if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
             report = ExecutionReport(

@@ -121,3 +121,15 @@ def recreate_database(engine: str, conf: dict[str, Any], *, create: bool = True)
                 )
         finally:
             connection.close()
+
+
+def server_version() -> str:
+    """Return the default database's server and version, e.g. "PostgreSQL 15.20 (Debian …)"."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT sqlite_version()")
+            return f"SQLite {cursor.fetchone()[0]}"
+        cursor.execute("SELECT version()")
+        return cursor.fetchone()[0].split(" on ")[0].split(",")[0]

@@ -33,7 +33,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.databases import recreate_database, run_per_database
+from benchmarks.systems.harness import summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATABASES = ("sqlite", "postgresql", "mariadb")
@@ -187,21 +187,6 @@ def run_child(args: argparse.Namespace) -> int:
     shutil.rmtree(bench.tmp, ignore_errors=True)
     Path(args.result_file).write_text(json.dumps(result))
     return 0
-
-
-def summary(values_ms: list[float]) -> dict[str, float]:
-    ordered = sorted(values_ms)
-
-    def pct(p: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
-
-    return {
-        "p50": statistics.median(ordered),
-        "p90": pct(90),
-        "p99": pct(99),
-        "max": ordered[-1],
-        "mean": statistics.fmean(ordered),
-    }
 
 
 class Worker:
@@ -352,14 +337,9 @@ class WorkerBench:
         }
 
     def server_version(self) -> str:
-        from django.db import connection
+        from benchmarks.databases import server_version
 
-        with connection.cursor() as cursor:
-            if self.vendor == "sqlite":
-                cursor.execute("SELECT sqlite_version()")
-                return f"SQLite {cursor.fetchone()[0]}"
-            cursor.execute("SELECT version()")
-            return cursor.fetchone()[0].split(" on ")[0].split(",")[0]
+        return server_version()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from argparse import Namespace
 from typing import Any
+
+from benchmarks.databases import recreate_database
 
 
 def payload(n: int) -> dict[str, Any]:
@@ -51,6 +55,107 @@ class System:
 
     def close(self) -> None:
         """Release what ``open()`` took (connections, pools) before the process exits."""
+
+    def server_version(self) -> str:
+        raise NotImplementedError
+
+    def enqueue(self, job_payload: dict[str, Any]) -> Any:
+        """Enqueue one no-op job the way an application would; return its handle."""
+        raise NotImplementedError
+
+    def enqueue_many(self, payloads: list[dict[str, Any]]) -> None:
+        """Enqueue one no-op job per payload through the system's bulk path."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Remove every job (and its history) so the next measurement starts from empty."""
+        raise NotImplementedError
+
+    def load(self, count: int) -> None:
+        """Insert ``count`` due no-op jobs for a drain, as quickly as the system allows."""
+        raise NotImplementedError
+
+    def analyze(self) -> None:
+        """Refresh the planner's statistics after a load."""
+        raise NotImplementedError
+
+    def worker_argv(self, *, burst: bool) -> list[str]:
+        """Return the command of one worker process; ``burst`` ones exit when the queue is empty."""
+        raise NotImplementedError
+
+    def worker_env(self, series: str) -> dict[str, str]:
+        """Return the environment of the worker processes of ``series``."""
+        return dict(os.environ)
+
+    def drain_span(self) -> tuple[float, float, int]:
+        """Return (first job started, last job finished, jobs finished), Unix seconds."""
+        raise NotImplementedError
+
+    def verify(self, jobs: int) -> list[str]:
+        """Return what is wrong with the drained jobs (nothing is checked by default)."""
+        return []
+
+    def started_at(self, handle: Any) -> float | None:
+        """Return when the job's task started (Unix time), None while it has not run yet."""
+        raise NotImplementedError
+
+
+class DjangoSystem(System):
+    """A system that lives in a Django project: the settings module picks its database."""
+
+    def setup(self) -> None:
+        from django.conf import settings
+
+        recreate_database(self.db, settings.DATABASES["default"])
+        self.open()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+    def open(self) -> None:
+        import django
+
+        django.setup()
+
+    def django_command(self, *argv: str) -> list[str]:
+        return [sys.executable, "-m", "django", *argv]
+
+    def tables(self) -> list[str]:
+        """Return this system's tables, referencing ones first."""
+        raise NotImplementedError
+
+    def execute(self, *statements: str) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+
+    def clear(self) -> None:
+        from django.db import connection
+
+        quote = connection.ops.quote_name
+        tables = [quote(t) for t in self.tables()]
+        if connection.vendor == "postgresql":
+            self.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+        elif connection.vendor == "mysql":
+            self.execute(
+                "SET FOREIGN_KEY_CHECKS = 0",
+                *(f"TRUNCATE TABLE {t}" for t in tables),
+                "SET FOREIGN_KEY_CHECKS = 1",
+            )
+        else:
+            self.execute(*(f"DELETE FROM {t}" for t in tables))
+
+    def analyze(self) -> None:
+        from django.db import connection
+
+        quote = connection.ops.quote_name
+        tables = [quote(t) for t in self.tables()]
+        if connection.vendor == "mysql":
+            self.execute(f"ANALYZE TABLE {', '.join(tables)}")
+        else:
+            self.execute("ANALYZE")
 
     def server_version(self) -> str:
         from benchmarks.databases import server_version

@@ -142,3 +142,4 @@ class Recorded:
     outcome: Outcome
     status: str | None  # complete, failed or cancelled; None when refused
     refusal: Exception | None = None  # a LeaseLost when the row was no longer this lease's
+    error: str | None = None  # the failure message written (a cancellation nobody requested: why)

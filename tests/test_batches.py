@@ -183,6 +183,8 @@ def test_a_flush_mixes_outcomes_and_applies_each_rule(store, clock):
     finally:
         unregister("batch.retried")
     assert [r.status for r in results] == ["complete", "failed", "cancelled", "failed", "failed"]
+    assert [r.error for r in results][:3] == [None, "RuntimeError: no", None]
+    assert "without a request" in results[3].error and results[4].error == "flaky"
     rows = {j.pk: Job.objects.get(pk=j.pk) for j in (done, failed, cancelled, unrequested, retry)}
     assert (rows[done.pk].result, rows[done.pk].error) == ('{"ok":true}', None)
     assert (rows[failed.pk].error, rows[failed.pk].result) == ("RuntimeError: no", None)

@@ -114,12 +114,17 @@ class StoreBase:
                 f"scoped to {self.scope!r}."
             )
 
-    def _check_lease(self, lease: Lease) -> None:
+    def _lease_of(self, lease: Any) -> Lease:
+        """Return ``lease``, or refuse what is not a ``Lease`` (``InputInvalid``)."""
         if not isinstance(lease, Lease):
             raise InputInvalid(
                 f"Expected the Lease returned by a claim; got {type(lease).__name__}."
             )
-        if lease.owner_id != self.owner_id:
+        return lease
+
+    def _check_lease(self, lease: Lease) -> None:
+        """Refuse what is not a lease, and a lease issued to another store client."""
+        if self._lease_of(lease).owner_id != self.owner_id:
             raise _lease_lost(lease, "the lease was issued to another store client")
 
     def _fenced(self, lease: Lease, now: datetime):

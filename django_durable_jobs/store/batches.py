@@ -22,12 +22,12 @@ from django.db.models import F
 from .. import registry, validation
 from ..dbvendor import bounded_atomic
 from ..errors import InputInvalid, LeaseLost
-from ..models import Job, JobStatus, is_authentic_pending, proposal_defect
+from ..models import AttemptOutcomeChoice, Job, JobStatus, is_authentic_pending, proposal_defect
 from ..values import Claimed, Lease, Outcome, Recorded
 from .base import StoreBase, _attempt_of, _loss_of
 from .batch_sql import DECREMENT, ClaimStatement, JobRows, insert_attempts
 
-RELEASED = "released"
+RELEASED = AttemptOutcomeChoice.RELEASED
 RELEASED_ERROR = "Released unstarted by a stopping worker; no code of this attempt ran."
 UNREQUESTED_CANCEL = "The executor raised JobCancelled without a request."
 
@@ -175,7 +175,7 @@ class BatchMixin(StoreBase):
                 elif row.status == JobStatus.FAILED:
                     each["error"][row.pk] = row.error
                 ended.append((outcome.lease, row))
-                recorded.append(Recorded(outcome, row.status))
+                recorded.append(Recorded(outcome, row.status, error=row.error))
             complete = {pk for pk, status in each["status"].items() if status == "complete"}
             each["progress"] = dict.fromkeys(complete, 100.0)
             matched = JobRows(self.using, self.scope).update_fenced(
@@ -256,13 +256,6 @@ class BatchMixin(StoreBase):
             and row.fencing_epoch == lease.epoch
             and row.attempts > 0
         )
-
-    def _lease_of(self, lease: Any) -> Lease:
-        if not isinstance(lease, Lease):
-            raise InputInvalid(
-                f"Expected the Lease returned by a claim; got {type(lease).__name__}."
-            )
-        return lease
 
 
 def _check_outcome(outcome: Any) -> None:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError
 
 from ..errors import JobError
-from ..store.batches import UNREQUESTED_CANCEL
 from ..values import Outcome, Recorded
 from .connections import close_thread_connections, persist
 from .executor import LEASE_LOST, ExecutionReport
@@ -102,10 +101,7 @@ class Completer(threading.Thread):
 def _report(item: Finished, result: Recorded) -> ExecutionReport:
     outcome = item.outcome
     if result.status is not None:
-        status = result.status
-        error = outcome.error if outcome.status == "failed" else None
-        if status == "failed" and outcome.status == "cancelled":
-            error = UNREQUESTED_CANCEL
+        status, error = result.status, result.error
     elif isinstance(result.refusal, JobError) and result.refusal.code == "E_JOB_LEASE_LOST":
         status, error = LEASE_LOST, result.refusal.message
     else:

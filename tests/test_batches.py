@@ -292,5 +292,8 @@ def test_a_released_retry_is_claimable_at_once_by_any_worker(store, rival, clock
     assert [o for _, o, _ in history(job.pk)] == ["failed", "released"]
 
 
-def test_release_refuses_what_is_not_a_lease(store):
+def test_release_and_renewal_refuse_what_is_not_a_lease(store):
+    backlog(store, 1)
+    store.claim_batch(limit=1, resume_expired=[])
     assert_refused(InputInvalid, "E_JOB_INPUT_INVALID", lambda: store.release([uuid.uuid4()]))
+    assert_refused(InputInvalid, "E_JOB_INPUT_INVALID", lambda: store.renew_leases(["lease"]))

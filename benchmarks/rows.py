@@ -10,8 +10,9 @@ def insert_pending(operation: str, payloads: list[Any]) -> list:
     """Insert one pending job per payload, as ``submit()`` would, without NOTIFY; return them."""
     from django.utils import timezone
 
-    from django_durable_jobs.models import Job, JobStatus, proposal_sha256
+    from django_durable_jobs.models import Job
     from django_durable_jobs.values import canonical_json
+    from django_durable_jobs.vocabulary import JobStatus, proposal_sha256
 
     now = timezone.now()
     rows = []

@@ -18,14 +18,8 @@ from . import admin_helpers as fmt
 from .admin_filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
 from .errors import JobError, NotReclaimable
 from .humanize import relative
-from .models import (
-    TERMINAL_STATUSES,
-    Job,
-    JobAttempt,
-    JobStatus,
-    WorkerProcess,
-    assess_ownership,
-)
+from .models import Job, JobAttempt, WorkerProcess
+from .vocabulary import TERMINAL_STATUSES, JobStatus, assess_ownership
 
 LISTED_IDS = 10
 

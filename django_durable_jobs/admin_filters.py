@@ -5,24 +5,15 @@ from __future__ import annotations
 from django.contrib import admin
 
 from . import registry
-from .models import (
-    CURRENT,
-    EXPIRED,
-    LEGACY_UNKNOWN,
-    OWNERSHIP_STATES,
-    TERMINAL_OWNERSHIP,
-    TERMINAL_STATUSES,
-    UNCLAIMED,
-    Job,
-    JobStatus,
-)
+from .models import Job
+from .vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership
 
 STATUSES_OF = {
-    TERMINAL_OWNERSHIP: sorted(TERMINAL_STATUSES),
-    UNCLAIMED: [JobStatus.PENDING],
-    LEGACY_UNKNOWN: [JobStatus.PENDING, JobStatus.RUNNING],
-    EXPIRED: [JobStatus.RUNNING],
-    CURRENT: [JobStatus.RUNNING],
+    Ownership.TERMINAL: sorted(TERMINAL_STATUSES),
+    Ownership.UNCLAIMED: [JobStatus.PENDING],
+    Ownership.LEGACY_UNKNOWN: [JobStatus.PENDING, JobStatus.RUNNING],
+    Ownership.EXPIRED: [JobStatus.RUNNING],
+    Ownership.CURRENT: [JobStatus.RUNNING],
 }
 
 

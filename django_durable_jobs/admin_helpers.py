@@ -10,30 +10,21 @@ from django.db import connections
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from .models import (
-    CURRENT,
-    EXPIRED,
-    LEGACY_UNKNOWN,
-    TERMINAL_OWNERSHIP,
-    UNCLAIMED,
-    WORKER_ALIVE,
-    WORKER_STALE,
-    WORKER_STOPPED,
-)
 from .validation import loads_strict
+from .vocabulary import Ownership, WorkerState
 
 OWNERSHIP_COLOURS = {
-    CURRENT: "#1e7e34",
-    EXPIRED: "#c0392b",
-    UNCLAIMED: "#2c6fbb",
-    LEGACY_UNKNOWN: "#8e44ad",
-    TERMINAL_OWNERSHIP: "#6c757d",
+    Ownership.CURRENT: "#1e7e34",
+    Ownership.EXPIRED: "#c0392b",
+    Ownership.UNCLAIMED: "#2c6fbb",
+    Ownership.LEGACY_UNKNOWN: "#8e44ad",
+    Ownership.TERMINAL: "#6c757d",
 }
 WORKER_UNKNOWN = "unknown"
 WORKER_COLOURS = {
-    WORKER_ALIVE: "#1e7e34",
-    WORKER_STALE: "#c0392b",
-    WORKER_STOPPED: "#6c757d",
+    WorkerState.ALIVE: "#1e7e34",
+    WorkerState.STALE: "#c0392b",
+    WorkerState.STOPPED: "#6c757d",
     WORKER_UNKNOWN: "#8e44ad",
 }
 
@@ -80,10 +71,10 @@ def worker_state(
     if heartbeat_at is None:
         return WORKER_UNKNOWN
     if stopped_at is not None:
-        return WORKER_STOPPED
+        return WorkerState.STOPPED
     if (now - heartbeat_at).total_seconds() > (lease_seconds or 0):
-        return WORKER_STALE
-    return WORKER_ALIVE
+        return WorkerState.STALE
+    return WorkerState.ALIVE
 
 
 def pretty_json(text: str | None):

@@ -1,12 +1,12 @@
 """The job table and its append-only attempt history.
 
-Models hold fields, constraints and the ownership assessment; every write goes through
+Models hold fields, constraints and indexes; the words they use (statuses, ownership, outcomes)
+and the rules spoken in them live in :mod:`django_durable_jobs.vocabulary`. Every write goes through
 :mod:`django_durable_jobs.store`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from datetime import datetime
 
@@ -15,103 +15,19 @@ from django.db import models
 from django.utils import timezone
 
 from .querysets import JobQuerySet
-from .validation import KEY_MAX, NAME_MAX, loads_strict
-
-TERMINAL_OWNERSHIP = "terminal"
-UNCLAIMED = "unclaimed"
-LEGACY_UNKNOWN = "legacy-unknown"
-EXPIRED = "expired"
-CURRENT = "current"
-OWNERSHIP_STATES = (TERMINAL_OWNERSHIP, UNCLAIMED, LEGACY_UNKNOWN, EXPIRED, CURRENT)
-
-
-class JobStatus(models.TextChoices):
-    PENDING = "pending", "pending"
-    RUNNING = "running", "running"
-    COMPLETE = "complete", "complete"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
-    ORPHANED = "orphaned", "orphaned"
-
-
-TERMINAL_STATUSES = frozenset(
-    {JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED}
+from .validation import KEY_MAX, NAME_MAX
+from .vocabulary import (
+    TERMINAL_STATUSES,
+    AttemptOutcomeChoice,
+    JobStatus,
+    Ownership,
+    WorkerState,
+    assess_ownership,
+    diagnose,
+    worker_state,
 )
 
-
-class AttemptOutcomeChoice(models.TextChoices):
-    COMPLETE = "complete", "complete"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
-    INTERRUPTED = "interrupted", "interrupted"
-    # A stopping worker handed back a claim it never started; not counted in ``Job.attempts``.
-    RELEASED = "released", "released"
-
-
-def proposal_sha256(text: str) -> str:
-    """Return the lowercase hex SHA-256 of the UTF-8 bytes of ``text``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def is_json(text: str | None) -> bool:
-    if text is None:
-        return False
-    try:
-        loads_strict(text)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def proposal_defect(job: Job) -> str | None:
-    """Return why a row's proposal cannot be trusted, or None when it is intact."""
-    if job.proposal is None:
-        return "the proposal is missing"
-    if not is_json(job.proposal):
-        return "the proposal is not valid JSON"
-    if job.proposal_hash != proposal_sha256(job.proposal):
-        return "the proposal does not match its stored SHA-256"
-    return None
-
-
-def is_authentic_pending(job: Job) -> bool:
-    """Return True for a pending row this app wrote and nobody has touched since.
-
-    No attempt of it ever ran (``attempts`` is 0). Its epoch is 0 unless a stopping worker
-    released a claim it never started: the epoch never goes back, so a released row is pending
-    at the epoch of that claim (its history holds a ``released`` attempt).
-    """
-    return (
-        job.status == JobStatus.PENDING
-        and not job.owner_id
-        and job.lease_expires_at is None
-        and job.attempts == 0
-        and proposal_defect(job) is None
-    )
-
-
-def assess_ownership(job: Job, now: datetime) -> str:
-    """Return the ownership assessment of §2, evaluated in order."""
-    if job.status in TERMINAL_STATUSES:
-        return TERMINAL_OWNERSHIP
-    if is_authentic_pending(job):
-        return UNCLAIMED
-    if not job.owner_id or job.lease_expires_at is None or job.status != JobStatus.RUNNING:
-        return LEGACY_UNKNOWN
-    if job.lease_expires_at <= now:
-        return EXPIRED
-    return CURRENT
-
-
-def diagnose(job: Job) -> str | None:
-    """Return a defect found while reading the row, without hiding the row."""
-    if job.status == JobStatus.PENDING:
-        defect = proposal_defect(job)
-        if defect:
-            return f"Defective pending row: {defect}; it will not be claimed."
-    if job.result is not None and not is_json(job.result):
-        return "The stored result is not valid JSON."
-    return None
+__all__ = ["ApiToken", "CapacityGate", "Job", "JobAttempt", "JobStatus", "WorkerProcess"]
 
 
 class Job(models.Model):
@@ -179,13 +95,13 @@ class Job(models.Model):
         return f"{self.operation} {self.id} ({self.status})"
 
     @property
-    def ownership(self) -> str:
+    def ownership(self) -> Ownership:
         """Return the ownership assessment; the store sets it with its own clock when reading."""
         cached = self.__dict__.get("_ownership")
         return cached if cached is not None else assess_ownership(self, timezone.now())
 
     @ownership.setter
-    def ownership(self, value: str) -> None:
+    def ownership(self, value: Ownership) -> None:
         self.__dict__["_ownership"] = value
 
     @property
@@ -231,11 +147,6 @@ class JobAttempt(models.Model):
         return f"attempt {self.epoch} of {self.job_id}: {self.outcome}"
 
 
-WORKER_ALIVE = "alive"
-WORKER_STALE = "stale"
-WORKER_STOPPED = "stopped"
-
-
 class WorkerProcess(models.Model):
     """One row per ``runjobs`` process, refreshed with its heartbeat.
 
@@ -267,14 +178,11 @@ class WorkerProcess(models.Model):
     def __str__(self) -> str:
         return f"{self.actor} ({self.state()})"
 
-    def state(self, now: datetime | None = None) -> str:
+    def state(self, now: datetime | None = None) -> WorkerState:
         """Return ``alive``, ``stale`` (heartbeat older than its lease) or ``stopped``."""
-        if self.stopped_at is not None:
-            return WORKER_STOPPED
-        now = now or timezone.now()
-        if (now - self.heartbeat_at).total_seconds() > self.lease_seconds:
-            return WORKER_STALE
-        return WORKER_ALIVE
+        return worker_state(
+            self.stopped_at, self.heartbeat_at, self.lease_seconds, now or timezone.now()
+        )
 
 
 class ApiToken(models.Model):

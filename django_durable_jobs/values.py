@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from .vocabulary import AttemptOutcomeChoice, RequestAnswer
+
 __all__ = [
     "AttemptOutcome",
     "CandidatePage",
@@ -17,6 +19,7 @@ __all__ = [
     "Outcome",
     "PageQuery",
     "Recorded",
+    "RequestResult",
     "Submission",
     "canonical_json",
 ]
@@ -124,15 +127,15 @@ class Outcome:
 
     @classmethod
     def completed(cls, lease: Lease, result_json: str) -> Outcome:
-        return cls(lease, "complete", result_json=result_json)
+        return cls(lease, AttemptOutcomeChoice.COMPLETE, result_json=result_json)
 
     @classmethod
     def failed(cls, lease: Lease, error: str) -> Outcome:
-        return cls(lease, "failed", error=error)
+        return cls(lease, AttemptOutcomeChoice.FAILED, error=error)
 
     @classmethod
     def cancelled(cls, lease: Lease) -> Outcome:
-        return cls(lease, "cancelled")
+        return cls(lease, AttemptOutcomeChoice.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -143,3 +146,23 @@ class Recorded:
     status: str | None  # complete, failed or cancelled; None when refused
     refusal: Exception | None = None  # a LeaseLost when the row was no longer this lease's
     error: str | None = None  # the failure message written (a cancellation nobody requested: why)
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """What a cancellation or retry request did, and the job as the request left it.
+
+    ``answer`` is a :class:`~django_durable_jobs.vocabulary.RequestAnswer`; ``job`` is None only
+    when there is no such job (in the caller's scope). ``requested_at`` is when the request was
+    first recorded: now, or earlier for ``already-requested``. Each surface (admin, CLI, API)
+    formats this value; none works out again what happened.
+    """
+
+    answer: RequestAnswer
+    job: Any  # models.Job | None
+    requested_at: datetime | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Return True when the request took (or was already recorded)."""
+        return self.answer.accepted

@@ -16,11 +16,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.errors import InputInvalid, LeaseLost
-from django_durable_jobs.models import Job, JobAttempt, proposal_sha256
+from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.registry import operation, unregister
 from django_durable_jobs.retry import RetryPolicy
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.values import Claimed, Outcome
+from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import FakeClock, assert_refused, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

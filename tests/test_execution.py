@@ -18,8 +18,8 @@ import pytest
 from django_durable_jobs import errors
 from django_durable_jobs.errors import ExecutionStopped, InputInvalid, JobCancelled, JobError
 from django_durable_jobs.execution import Execution, Identity, WriteFence, bind_write_fence
-from django_durable_jobs.models import proposal_sha256
 from django_durable_jobs.values import Lease
+from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import T0
 
 IDENTITY = Identity(scope="s1", actor="worker", operation="reports.rebuild", idempotency_key="k1")

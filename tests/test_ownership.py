@@ -16,18 +16,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_durable_jobs.errors import InputInvalid
-from django_durable_jobs.models import (
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.values import Submission
+from django_durable_jobs.vocabulary import (
     OWNERSHIP_STATES,
     TERMINAL_STATUSES,
-    Job,
-    JobStatus,
     assess_ownership,
     diagnose,
     is_authentic_pending,
     proposal_defect,
     proposal_sha256,
 )
-from django_durable_jobs.values import Submission
 from tests.support import T0
 
 PROPOSAL = '{"n":1}'

@@ -20,14 +20,9 @@ import socket
 import pytest
 
 from django_durable_jobs import submit
-from django_durable_jobs.models import (
-    EXPIRED,
-    WORKER_ALIVE,
-    WORKER_STALE,
-    JobAttempt,
-    JobStatus,
-)
+from django_durable_jobs.models import JobAttempt, JobStatus
 from django_durable_jobs.store import DurableJobStore
+from django_durable_jobs.vocabulary import Ownership, WorkerState
 from tests.support import db_state
 from tests.worker_support import (
     WorkerPool,
@@ -102,7 +97,8 @@ def test_sigstopped_worker_is_refused_after_takeover_and_keeps_serving(workers, 
     stale.stop_between_heartbeats()
     operator = DurableJobStore()
     wait_for(
-        lambda: operator.get(job_id).ownership == EXPIRED, "the frozen worker's lease to expire"
+        lambda: operator.get(job_id).ownership == Ownership.EXPIRED,
+        "the frozen worker's lease to expire",
     )
     # tests.sleep holds expired leases for a person: the person asks, a live worker reclaims it.
     assert operator.request_retry(job_id) is True
@@ -129,7 +125,7 @@ def test_sigstopped_worker_is_refused_after_takeover_and_keeps_serving(workers, 
     wait_for(lambda: stale.row().heartbeat_at > stale_row.heartbeat_at, "a fresh heartbeat")
     rescuer.send(signal.SIGTERM)
     assert rescuer.wait() == 0
-    assert stale.row().state() == WORKER_ALIVE
+    assert stale.row().state() == WorkerState.ALIVE
     next_id = submit("tests.sleep", {"seconds": 0, "markers": markers}).pk
     served = wait_for(
         lambda: job(next_id).status == JobStatus.COMPLETE and job(next_id),
@@ -145,7 +141,7 @@ def test_sigkilled_worker_row_turns_stale_once_heartbeat_is_older_than_lease(wor
     job_id = submit("tests.sleep", {"seconds": 30, "markers": str(tmp_path)}).pk
     worker = workers.start("--concurrency", "3")
     row = wait_for(lambda: (r := worker.row()) and r.leases_held > 0 and r, "a lease held")
-    assert row.state() == WORKER_ALIVE
+    assert row.state() == WorkerState.ALIVE
     assert (row.pid, row.host, row.concurrency, row.lease_seconds) == (
         worker.pid,
         socket.gethostname(),
@@ -157,7 +153,7 @@ def test_sigkilled_worker_row_turns_stale_once_heartbeat_is_older_than_lease(wor
     worker.send(signal.SIGKILL)
     assert worker.wait() == SIGKILLED
     stale = wait_for(
-        lambda: (r := worker.row()).state() == WORKER_STALE and r, "the row to turn stale"
+        lambda: (r := worker.row()).state() == WorkerState.STALE and r, "the row to turn stale"
     )
     assert stale.stopped_at is None  # it never signed off: stale, not stopped
     assert stale.leases_held == 1  # what it held when it vanished: triage can tell
@@ -165,6 +161,6 @@ def test_sigkilled_worker_row_turns_stale_once_heartbeat_is_older_than_lease(wor
     left = DurableJobStore().get(job_id)
     assert (left.status, left.ownership, left.owner_id) == (
         JobStatus.RUNNING,
-        EXPIRED,
+        Ownership.EXPIRED,
         row.owner_id,
     )

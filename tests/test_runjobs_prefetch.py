@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from django_durable_jobs import submit
-from django_durable_jobs.models import WORKER_STOPPED, Job, JobStatus
+from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.store import DurableJobStore
+from django_durable_jobs.vocabulary import WorkerState
 from tests.worker_support import RunJobs, WorkerPool, attempts, job, marker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
@@ -100,7 +101,7 @@ def test_sigterm_releases_prefetched_claims_and_leaves_none_to_expire(workers, t
         assert attempts(job_id) == [("released", 1, owner)]
         assert marker(tmp_path, f"started-{job_id}-1") is None  # no code of it ran
     stopped = worker.row()
-    assert (stopped.state(), stopped.leases_held) == (WORKER_STOPPED, 0)
+    assert (stopped.state(), stopped.leases_held) == (WorkerState.STOPPED, 0)
 
     code, second = workers.run("--burst", "--concurrency", "1")
     assert code == 0, second.logs()

@@ -26,15 +26,9 @@ import pytest
 from django.utils import timezone
 
 from django_durable_jobs import submit
-from django_durable_jobs.models import (
-    EXPIRED,
-    WORKER_ALIVE,
-    WORKER_STOPPED,
-    Job,
-    JobStatus,
-    WorkerProcess,
-)
+from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from django_durable_jobs.store import DurableJobStore
+from django_durable_jobs.vocabulary import Ownership, WorkerState
 from tests.support import db_state
 from tests.worker_support import WorkerPool, attempts, job, marker, wait_for
 
@@ -111,7 +105,7 @@ def test_sigterm_lets_short_jobs_finish_and_exits_zero_with_row_stopped(workers,
     waiting = submit("tests.noop", {"n": 3}).pk
 
     row = worker.row()
-    assert row.state() == WORKER_ALIVE
+    assert row.state() == WorkerState.ALIVE
     assert (row.pid, row.host, row.concurrency, row.stopped_at) == (
         worker.pid,
         socket.gethostname(),
@@ -119,7 +113,7 @@ def test_sigterm_lets_short_jobs_finish_and_exits_zero_with_row_stopped(workers,
         None,
     )
     row = wait_for(lambda: (r := worker.row()).leases_held == 3 and r, "three leases in the row")
-    assert row.state() == WORKER_ALIVE
+    assert row.state() == WorkerState.ALIVE
     assert job(waiting).status == JobStatus.RUNNING  # claimed, waiting for a job thread
 
     worker.send(signal.SIGTERM)
@@ -136,7 +130,7 @@ def test_sigterm_lets_short_jobs_finish_and_exits_zero_with_row_stopped(workers,
     assert attempts(waiting) == [("released", 1, row.owner_id)]
     assert pending.ownership == "unclaimed"
     stopped = worker.row()
-    assert stopped.stopped_at is not None and stopped.state() == WORKER_STOPPED
+    assert stopped.stopped_at is not None and stopped.state() == WorkerState.STOPPED
     assert (stopped.leases_held, stopped.stopping) == (0, True)
     _no_running_job_without_lease()
 
@@ -161,10 +155,10 @@ def test_sigterm_past_grace_leaves_the_job_with_a_lease_that_expires(workers, tm
     assert left.lease_expires_at <= exited_at + timedelta(seconds=lease)  # it will expire
     assert attempts(job_id) == []  # no outcome invented
     assert "grace period over" in worker.stderr()
-    assert worker.row().state() == WORKER_STOPPED
+    assert worker.row().state() == WorkerState.STOPPED
     _no_running_job_without_lease()
     operator = DurableJobStore()
-    wait_for(lambda: operator.get(job_id).ownership == EXPIRED, "the lease to expire")
+    wait_for(lambda: operator.get(job_id).ownership == Ownership.EXPIRED, "the lease to expire")
     assert job(job_id).status == JobStatus.RUNNING  # uncertain, never relabelled failed
 
 
@@ -192,7 +186,7 @@ def test_second_sigterm_requests_cancellation_and_exits_zero(workers, tmp_path):
         assert ended.cancellation_requested_at is not None
         assert marker(tmp_path, f"cancelled-{job_id}") is not None
         assert attempts(job_id) == [("cancelled", 1, owner)]
-    assert worker.row().state() == WORKER_STOPPED
+    assert worker.row().state() == WorkerState.STOPPED
     _no_running_job_without_lease()
 
 
@@ -209,7 +203,7 @@ def test_burst_runs_what_is_claimable_then_exits_zero(workers):
     assert code == 0, worker.logs()
     assert [job(i).status for i in ids] == [JobStatus.COMPLETE] * 3
     assert job(later).status == JobStatus.PENDING  # not claimable yet: not waited for
-    assert worker.row().state() == WORKER_STOPPED
+    assert worker.row().state() == WorkerState.STOPPED
 
 
 def test_max_jobs_exits_after_that_many_jobs(workers):
@@ -218,7 +212,7 @@ def test_max_jobs_exits_after_that_many_jobs(workers):
     assert code == 0, worker.logs()
     statuses = sorted(job(i).status for i in ids)
     assert statuses == [JobStatus.COMPLETE, JobStatus.COMPLETE, JobStatus.PENDING]
-    assert worker.row().state() == WORKER_STOPPED
+    assert worker.row().state() == WorkerState.STOPPED
 
 
 def test_unknown_operation_is_refused_before_starting(workers):
@@ -241,7 +235,7 @@ def test_processes_runs_two_workers_and_sigterm_to_parent_stops_both(workers):
     rows = wait_for(two_rows, "two worker rows")
     pids = {row.pid for row in rows}
     assert len(pids) == 2 and parent.pid not in pids
-    assert all(row.state() == WORKER_ALIVE for row in rows)
+    assert all(row.state() == WorkerState.ALIVE for row in rows)
     for pid in pids:
         status = Path(f"/proc/{pid}/status").read_text()
         assert f"PPid:\t{parent.pid}\n" in status  # children of the parent we started
@@ -252,6 +246,6 @@ def test_processes_runs_two_workers_and_sigterm_to_parent_stops_both(workers):
     parent.send(signal.SIGTERM)
     assert parent.wait() == 0, parent.logs()
     stopped = WorkerProcess.objects.filter(pid__in=pids)
-    assert [row.state() for row in stopped] == [WORKER_STOPPED] * 2
+    assert [row.state() for row in stopped] == [WorkerState.STOPPED] * 2
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
     assert {job(i).owner_id for i in ids} <= {row.owner_id for row in rows}

@@ -23,8 +23,9 @@ from django_durable_jobs.errors import (
     ScopeMismatch,
     TransactionOwned,
 )
-from django_durable_jobs.models import Job, JobAttempt, proposal_sha256
+from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
+from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import T0, FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow
 

@@ -21,8 +21,9 @@ from django_durable_jobs.errors import (
     LeaseLost,
     NotReclaimable,
 )
-from django_durable_jobs.models import Job, JobAttempt, proposal_sha256
+from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Lease
+from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import T0, FakeClock, assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -25,9 +25,10 @@ from django_durable_jobs.errors import (
     ScopeMismatch,
     TransactionOwned,
 )
-from django_durable_jobs.models import Job, proposal_sha256
+from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore, Submission
 from django_durable_jobs.values import canonical_json
+from django_durable_jobs.vocabulary import proposal_sha256
 from tests.race_child import Children
 from tests.support import FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow

@@ -10,7 +10,8 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import Field
 
-from ..models import OWNERSHIP_STATES, Job, JobAttempt, JobStatus
+from ..models import Job, JobAttempt
+from ..vocabulary import OWNERSHIP_STATES, JobStatus
 
 Status = Literal["pending", "running", "complete", "failed", "cancelled", "orphaned"]
 Ownership = Literal["terminal", "unclaimed", "legacy-unknown", "expired", "current"]

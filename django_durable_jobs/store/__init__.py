@@ -10,7 +10,15 @@ shared base; all of them live in this package, so fencing is audited by reading 
 """
 
 from ..execution import Execution, Identity, bind_write_fence
-from ..values import AttemptOutcome, CandidatePage, Finalization, Lease, PageQuery, Submission
+from ..values import (
+    AttemptOutcome,
+    CandidatePage,
+    Finalization,
+    Lease,
+    PageQuery,
+    RequestResult,
+    Submission,
+)
 from .claims import ClaimMixin
 from .fence import assert_write_fence
 from .outcomes import OutcomeMixin
@@ -27,6 +35,7 @@ __all__ = [
     "Identity",
     "Lease",
     "PageQuery",
+    "RequestResult",
     "Submission",
     "assert_write_fence",
     "bind_write_fence",

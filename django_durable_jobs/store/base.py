@@ -16,8 +16,9 @@ from .. import conf, registry, validation
 from ..dbvendor import bounded_atomic, lock_for_update, lock_gate
 from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
 from ..execution import Execution
-from ..models import Job, JobAttempt, JobStatus, assess_ownership
+from ..models import Job, JobAttempt
 from ..values import Lease
+from ..vocabulary import JobStatus, assess_ownership
 from .fence import _lease_lost
 
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."

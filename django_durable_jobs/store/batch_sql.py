@@ -20,8 +20,9 @@ from django.db.models import Exists
 from django.db.models.expressions import RawSQL
 
 from ..dbvendor import can_update_returning, lock_for_update
-from ..models import Job, JobAttempt, JobStatus
+from ..models import Job, JobAttempt
 from ..values import Lease
+from ..vocabulary import JobStatus
 
 DECREMENT = object()  # a change that lowers a counter by one: ``column = column - 1``
 

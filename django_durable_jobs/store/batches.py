@@ -22,8 +22,9 @@ from django.db.models import F
 from .. import registry, validation
 from ..dbvendor import bounded_atomic
 from ..errors import InputInvalid, LeaseLost
-from ..models import AttemptOutcomeChoice, Job, JobStatus, is_authentic_pending, proposal_defect
+from ..models import Job
 from ..values import Claimed, Lease, Outcome, Recorded
+from ..vocabulary import AttemptOutcomeChoice, JobStatus, is_authentic_pending, proposal_defect
 from .base import StoreBase, _attempt_of, _loss_of
 from .batch_sql import DECREMENT, ClaimStatement, JobRows, insert_attempts
 

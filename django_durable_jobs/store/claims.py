@@ -10,18 +10,9 @@ from .. import registry, validation
 from ..dbvendor import bounded_atomic, lock_for_update
 from ..errors import NotReclaimable
 from ..execution import Execution
-from ..models import (
-    CURRENT,
-    EXPIRED,
-    LEGACY_UNKNOWN,
-    UNCLAIMED,
-    Job,
-    JobStatus,
-    assess_ownership,
-    is_authentic_pending,
-    proposal_defect,
-)
+from ..models import Job
 from ..values import Claimed, Lease
+from ..vocabulary import JobStatus, assess_ownership, claim_refusal, is_takeable
 from .batches import BatchMixin, _claim_order, _Disagreement
 
 CLAIM_BATCH_MAX = 1000
@@ -39,9 +30,9 @@ class ClaimMixin(BatchMixin):
             row = self._locked_row(job_id)
             if row is None:
                 raise NotReclaimable(f"There is no job {job_id} in this store's scope.")
-            state = assess_ownership(row, now)
-            if state not in (UNCLAIMED, EXPIRED):
-                raise NotReclaimable(_why_not_claimable(row, state))
+            refusal = claim_refusal(row, assess_ownership(row, now))
+            if refusal is not None:
+                raise NotReclaimable(refusal)
             self._require_capacity(
                 row.operation, self._capacity(row.operation, max_running), row.pk
             )
@@ -159,7 +150,7 @@ class ClaimMixin(BatchMixin):
             for row in sorted(found.values(), key=_claim_order):
                 if len(claimed) == limit:
                     return claimed
-                if row.operation in full or not _takeable(row):
+                if row.operation in full or not is_takeable(row):
                     continue
                 if row.operation not in slots:
                     cap = self._capacity(row.operation, max_running)
@@ -178,25 +169,6 @@ class ClaimMixin(BatchMixin):
             if exhausted or len(claimed) == limit or window >= CLAIM_BATCH_MAX:
                 return claimed
             window = min(window * 4, CLAIM_BATCH_MAX)
-
-
-def _takeable(row: Job) -> bool:
-    """Return True unless the row is defective (only authentic pending rows start)."""
-    if row.status == JobStatus.PENDING:
-        return is_authentic_pending(row)
-    return proposal_defect(row) is None
-
-
-def _why_not_claimable(row: Job, state: str) -> str:
-    reasons = {
-        CURRENT: "another owner holds a live lease; wait for it to expire",
-        LEGACY_UNKNOWN: "its ownership cannot be established (legacy or defective row); triage it",
-        "terminal": f"it is {row.status}; use retry for failed or cancelled jobs",
-    }
-    why = reasons.get(state, "it is not claimable")
-    if row.status == JobStatus.PENDING and proposal_defect(row):
-        why = f"its proposal is defective ({proposal_defect(row)})"
-    return f"Job {row.pk} cannot be claimed: {why}."
 
 
 def _names(values: Iterable[str] | None, check: Callable[[Any], str]) -> list[str] | None:

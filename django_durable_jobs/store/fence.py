@@ -10,8 +10,9 @@ from django.utils import timezone
 from ..dbvendor import check_execution
 from ..errors import InputInvalid, LeaseLost
 from ..execution import Execution, Identity, WriteFence
-from ..models import Job, JobStatus, proposal_sha256
+from ..models import Job
 from ..values import Lease
+from ..vocabulary import JobStatus, proposal_sha256
 
 
 def _lease_lost(lease: Lease, why: str) -> LeaseLost:

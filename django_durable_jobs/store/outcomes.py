@@ -12,17 +12,16 @@ from .. import registry, validation
 from ..dbvendor import bounded_atomic, notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
 from ..execution import Execution, WriteFence
-from ..models import (
-    CURRENT,
-    EXPIRED,
-    LEGACY_UNKNOWN,
-    UNCLAIMED,
-    Job,
+from ..models import Job
+from ..values import AttemptOutcome, Finalization, Lease, RequestResult, canonical_json
+from ..vocabulary import (
     JobStatus,
+    RequestAnswer,
     assess_ownership,
-    proposal_defect,
+    cancel_answer,
+    retry_answer,
+    retry_refusal,
 )
-from ..values import AttemptOutcome, Finalization, Lease, canonical_json
 from .base import StoreBase, _snapshot
 from .fence import _lease_lost, _verify_fence
 
@@ -84,44 +83,77 @@ class OutcomeMixin(StoreBase):
     # -- requests --------------------------------------------------------------------------------
 
     def request_cancel(self, job_id: Any, *, execution: Execution | None = None) -> bool:
-        """Ask for cancellation: pending jobs end now, running jobs get a request for the owner."""
+        """Ask for cancellation; return False when the job ended or does not exist.
+
+        :meth:`request_cancel_result` says what happened in more words.
+        """
+        return self.request_cancel_result(job_id, execution=execution).accepted
+
+    def request_cancel_result(
+        self, job_id: Any, *, execution: Execution | None = None
+    ) -> RequestResult:
+        """Ask for cancellation and return what it did, with the job as it left it.
+
+        A pending job is cancelled at once; a running one gets a request its owner carries out
+        (the first request wins, the status stays running); a job that ended keeps its result.
+        """
         validation.job_id(job_id)
         with bounded_atomic(self.using, execution):
             now = self._now()
             row = self._locked_row(job_id)
-            if row is None or row.is_terminal:
-                return False
-            changes: dict[str, Any] = {"cancellation_requested_at": now}
-            if row.cancellation_requested_at is not None:
-                changes = {}
-            if row.status == JobStatus.PENDING:
+            answer = cancel_answer(row)
+            changes: dict[str, Any] = {}
+            if answer == RequestAnswer.CANCELLED_NOW:
                 changes.update(status=JobStatus.CANCELLED, completed_at=now)
+            if answer.accepted and row.cancellation_requested_at is None:
+                changes["cancellation_requested_at"] = now
             if changes:
                 Job.objects.using(self.using).filter(pk=row.pk, status=row.status).update(**changes)
-            return True
+            return self._answered(answer, row, changes, now, "cancellation_requested_at")
 
     def request_retry(self, job_id: Any) -> bool:
-        """Record that a person wants a new attempt of a failed, cancelled or expired job."""
+        """Ask for a new attempt of a failed, cancelled or expired job; False when not ended.
+
+        :meth:`request_retry_result` says what happened in more words.
+        """
+        return self.request_retry_result(job_id).accepted
+
+    def request_retry_result(self, job_id: Any) -> RequestResult:
+        """Record that a person wants a new attempt; return what it did, with the job after it.
+
+        A job that has not ended needs no retry (``not-ended``); a complete, legacy or defective
+        one is refused (``NotReclaimable``). The request is due at once: a person does not wait
+        out a retry policy's backoff.
+        """
         validation.job_id(job_id)
         with bounded_atomic(self.using):
             now = self._now()
             row = self._locked_row(job_id)
-            if row is None:
-                return False
-            if assess_ownership(row, now) in (UNCLAIMED, CURRENT):
-                return False  # it has not ended: nothing to retry yet
-            refusal = _retry_refusal(row, now)
-            if refusal is not None:
-                raise NotReclaimable(refusal)
+            answer = retry_answer(row, now)
             changes: dict[str, Any] = {}
-            if row.retry_requested_at is None:
-                changes["retry_requested_at"] = now
-            if row.run_after > now:  # a person does not wait out a retry policy's backoff
-                changes["run_after"] = now
+            if answer.accepted:
+                refusal = retry_refusal(row, now)
+                if refusal is not None:
+                    raise NotReclaimable(refusal)
+                if row.retry_requested_at is None:
+                    changes["retry_requested_at"] = now
+                if row.run_after > now:
+                    changes["run_after"] = now
             if changes:
                 Job.objects.using(self.using).filter(pk=row.pk).update(**changes)
                 notify_work(self.using, row.queue)
-            return True
+            return self._answered(answer, row, changes, now, "retry_requested_at")
+
+    def _answered(
+        self, answer: RequestAnswer, row: Job | None, changes: dict, now: datetime, field: str
+    ) -> RequestResult:
+        """Return the result of a request, the row showing the changes it committed."""
+        if row is None:
+            return RequestResult(answer, None, None)
+        for name, value in changes.items():
+            setattr(row, name, value)
+        row.ownership = assess_ownership(row, now)
+        return RequestResult(answer, row, getattr(row, field))
 
     def retry_atomically(
         self,
@@ -144,7 +176,7 @@ class OutcomeMixin(StoreBase):
             row = self._locked_row(job_id)
             if row is None:
                 raise NotReclaimable(f"There is no job {job_id} in this store's scope.")
-            refusal = _retry_refusal(row, now)
+            refusal = retry_refusal(row, now)
             if refusal is not None:
                 raise NotReclaimable(refusal)
             if retain_outcome is not None:
@@ -245,21 +277,6 @@ class OutcomeMixin(StoreBase):
         """Return 0: age alone never authorises deleting evidence (rows and attempts are kept)."""
         validation.aware(cutoff, "cutoff")
         return 0
-
-
-def _retry_refusal(row: Job, now: datetime) -> str | None:
-    """Return why ``row`` cannot get a new attempt, or None when it can."""
-    state = assess_ownership(row, now)
-    if row.status == JobStatus.COMPLETE:
-        return f"Job {row.pk} is complete and is never reopened; submit a new job instead."
-    defect = proposal_defect(row)
-    if defect:
-        return f"Job {row.pk} cannot be retried: {defect}."
-    if row.status in (JobStatus.FAILED, JobStatus.CANCELLED) or state == EXPIRED:
-        return None
-    if state == LEGACY_UNKNOWN or row.status == JobStatus.ORPHANED:
-        return f"Job {row.pk} has no trustworthy ownership (legacy row); triage it by hand."
-    return f"Job {row.pk} is {row.status} and has not ended; there is nothing to retry."
 
 
 def result_text(result: Any) -> str:

@@ -13,8 +13,9 @@ from .. import validation
 from ..dbvendor import check_execution
 from ..errors import InputInvalid, ScopeMismatch
 from ..execution import Execution
-from ..models import OWNERSHIP_STATES, Job, JobStatus
+from ..models import Job
 from ..values import CandidatePage, PageQuery
+from ..vocabulary import OWNERSHIP_STATES, JobStatus
 from .base import StoreBase
 
 CURSOR_SALT = "django_durable_jobs.store.list_page"

@@ -19,8 +19,9 @@ from .. import validation
 from ..dbvendor import bounded_atomic, check_execution, refuse_caller_transaction
 from ..errors import IdempotencyConflict, InputInvalid, JobError
 from ..execution import Execution
-from ..models import UNCLAIMED, Job, JobStatus, proposal_sha256
+from ..models import Job
 from ..values import Lease, Submission
+from ..vocabulary import JobStatus, Ownership, proposal_sha256
 from .base import StoreBase
 from .enqueue_sql import NewRow, enqueue
 
@@ -84,7 +85,7 @@ class SubmissionMixin(StoreBase):
         """Set ``job.ownership``; a pending job built from what was just inserted is unclaimed."""
         if built and job.status == JobStatus.PENDING:
             # Authentic by construction: validated JSON, its own SHA-256, no owner, no lease.
-            job.ownership = UNCLAIMED
+            job.ownership = Ownership.UNCLAIMED
             return job
         return self._annotate(job, now)
 

@@ -17,9 +17,10 @@ from django.utils import timezone
 
 from ... import cli_format, conf
 from ...errors import InputInvalid, NotReclaimable
-from ...models import OWNERSHIP_STATES, Job, JobAttempt, JobStatus
+from ...models import Job, JobAttempt
 from ...store import DurableJobStore
 from ...validation import NAME_MAX
+from ...vocabulary import OWNERSHIP_STATES, JobStatus
 
 API_MISSING = "the REST API is not installed (django_durable_jobs.api.cli is missing)"
 

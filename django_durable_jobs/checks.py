@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from . import conf
+from .conf import jobs_settings
 from .dbvendor import has_immediate_transactions
 
 
@@ -71,8 +72,7 @@ def check_settings(app_configs=None, **kwargs) -> list:
 @register(Tags.compatibility)
 def check_database(app_configs=None, **kwargs) -> list:
     """Report an unknown database alias, and SQLite that does not lock writers at BEGIN."""
-    raw = getattr(settings, "DURABLE_JOBS", {})
-    alias = raw.get("DATABASE", "default") if isinstance(raw, dict) else "default"
+    alias = jobs_settings.DATABASE
     if alias not in settings.DATABASES:
         return [
             Error(

@@ -1,21 +1,32 @@
 """Settings of django_durable_jobs: one dict, ``settings.DURABLE_JOBS``, read at call time.
 
+Code reads them through ``jobs_settings`` (the way Django REST framework's ``api_settings``
+works): each attribute is typed and resolved — defaults filled in, numbers converted, the scope
+resolver imported — and read afresh on every access, so ``override_settings`` just works.
+
 Defaults:
 
 ``DEFAULT_SCOPE``       ``"default"`` — the scope of rows written without an explicit scope.
 ``MAX_PAYLOAD_BYTES``   ``1_048_576`` — cap on proposals, checkpoints and results, in UTF-8 bytes.
-``DATABASE``            ``"default"`` — the alias the worker, admin and API use for the job tables.
+``DATABASE``            ``"default"`` — the alias the worker, admin, CLI and API use for the job
+                        tables.
 ``LEASE_SECONDS``       ``30.0`` — lease length used by workers unless told otherwise.
 ``SCOPE_RESOLVER``      ``None`` — dotted path to ``callable(request) -> scope`` that gives a REST API
                         caller's scope; ``None`` uses the bearer token's scope, or ``DEFAULT_SCOPE``
                         for a session user (``django_durable_jobs.api.auth.default_scope``).
+
+``manage.py check`` reports unknown keys and values of the wrong type (``durable_jobs.E00x``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
+
+__all__ = ["DEFAULTS", "JobsSettings", "jobs_settings", "user_settings"]
 
 DEFAULTS: dict[str, Any] = {
     "DEFAULT_SCOPE": "default",
@@ -27,13 +38,46 @@ DEFAULTS: dict[str, Any] = {
 
 
 def user_settings() -> dict[str, Any]:
-    """Return the raw ``DURABLE_JOBS`` dict (empty when unset)."""
+    """Return the raw ``DURABLE_JOBS`` dict (empty when unset or not a dict)."""
     value = getattr(settings, "DURABLE_JOBS", None)
     return value if isinstance(value, dict) else {}
 
 
-def get(name: str) -> Any:
-    """Return one setting, falling back to its documented default."""
-    if name not in DEFAULTS:
-        raise KeyError(f"DURABLE_JOBS has no setting {name!r}")
+def _raw(name: str) -> Any:
     return user_settings().get(name, DEFAULTS[name])
+
+
+class JobsSettings:
+    """The ``DURABLE_JOBS`` settings, typed and resolved, read at each access."""
+
+    @property
+    def DEFAULT_SCOPE(self) -> str:  # noqa: N802 - named like the setting
+        return str(_raw("DEFAULT_SCOPE"))
+
+    @property
+    def MAX_PAYLOAD_BYTES(self) -> int:  # noqa: N802
+        return int(_raw("MAX_PAYLOAD_BYTES"))
+
+    @property
+    def DATABASE(self) -> str:  # noqa: N802
+        return str(_raw("DATABASE"))
+
+    @property
+    def LEASE_SECONDS(self) -> float:  # noqa: N802
+        return float(_raw("LEASE_SECONDS"))
+
+    @property
+    def SCOPE_RESOLVER(self) -> Callable[[Any], str] | None:  # noqa: N802
+        """Return the imported scope resolver, or None for the default one."""
+        path = _raw("SCOPE_RESOLVER")
+        return None if path is None else import_string(path)
+
+    def database(self, using: str | None = None) -> str:
+        """Return ``using`` when given, else the ``DATABASE`` alias of the job tables."""
+        return using or self.DATABASE
+
+    def __repr__(self) -> str:
+        return f"<JobsSettings {', '.join(f'{k}={_raw(k)!r}' for k in DEFAULTS)}>"
+
+
+jobs_settings = JobsSettings()

@@ -8,7 +8,8 @@ from typing import Any
 
 from django.db import connections
 
-from . import conf, registry
+from . import registry
+from .conf import jobs_settings
 from .errors import InputInvalid, JobError
 from .models import Job
 from .store import DurableJobStore, Submission
@@ -35,7 +36,7 @@ def submit(
     written in your transaction: it exists only if you commit, and workers see it after COMMIT.
     """
     _require_registered(operation)
-    alias = using or conf.get("DATABASE")
+    alias = jobs_settings.database(using)
     store = DurableJobStore(using=alias)
     return store.defer(
         operation,
@@ -90,7 +91,7 @@ def submit_many(
             submissions.append(Submission.of(scope, key, payload))
         except JobError as exc:
             raise type(exc)(f"Payload {index}: {exc.message}", code=exc.code) from None
-    alias = using or conf.get("DATABASE")
+    alias = jobs_settings.database(using)
     store = DurableJobStore(using=alias)
     return store.defer_many(
         operation,

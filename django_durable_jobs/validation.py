@@ -10,7 +10,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from . import conf
+from .conf import jobs_settings
 from .errors import InputInvalid, PayloadTooLarge
 
 NAME_MAX = 200
@@ -74,7 +74,7 @@ def utf8_size(text: str | None) -> int:
 
 
 def payload_cap() -> int:
-    return int(conf.get("MAX_PAYLOAD_BYTES"))
+    return jobs_settings.MAX_PAYLOAD_BYTES
 
 
 def json_text(value: Any, what: str) -> str:

@@ -27,9 +27,9 @@ from django.utils.html import escape
 
 from django_durable_jobs.admin_helpers import EstimatedCountPaginator
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
-from django_durable_jobs.models import proposal_sha256 as sha
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.vocabulary import assess_ownership
+from django_durable_jobs.vocabulary import proposal_sha256 as sha
 from tests.support import FakeClock, db_state, submission
 
 # The admin alone, so that this file does not depend on other URLconfs being importable.

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest
-from django.utils.module_loading import import_string
 from ninja.errors import AuthorizationError, HttpError
 from ninja.security import HttpBearer
 from ninja.security.apikey import APIKeyCookie
 from ninja.utils import check_csrf
 
-from .. import conf, validation
+from .. import validation
+from ..conf import jobs_settings
 from ..errors import InputInvalid
 from ..models import ApiToken
 from .tokens import authenticate_token
@@ -87,12 +87,11 @@ def default_scope(request: HttpRequest) -> str:
     token = getattr(request, "durable_jobs_token", None)
     if token is not None:
         return token.scope
-    return conf.get("DEFAULT_SCOPE")
+    return jobs_settings.DEFAULT_SCOPE
 
 
 def resolver() -> Callable[[HttpRequest], str]:
-    path = conf.get("SCOPE_RESOLVER")
-    return default_scope if path is None else import_string(path)
+    return jobs_settings.SCOPE_RESOLVER or default_scope
 
 
 def scope_of(request: HttpRequest) -> str:

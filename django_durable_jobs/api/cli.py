@@ -10,7 +10,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from .. import conf
+from ..conf import jobs_settings
 from ..errors import JobError
 from ..models import ApiToken
 from .tokens import create_token, revoke_token
@@ -72,7 +72,7 @@ def _create(options: dict[str, Any], stdout) -> int:
 
 def _list(options: dict[str, Any], stdout) -> int:
     rows = (
-        ApiToken.objects.using(conf.get("DATABASE"))
+        ApiToken.objects.using(jobs_settings.DATABASE)
         .select_related("user")
         .order_by("created_at", "id")
     )

@@ -14,7 +14,8 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Status
 from ninja.errors import AuthorizationError
 
-from .. import conf, registry, validation
+from .. import registry, validation
+from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError, ScopeMismatch
 from ..models import Job, JobAttempt
 from ..store import DurableJobStore, Submission
@@ -47,7 +48,7 @@ def refusals(view):
 
 def _store(request: HttpRequest) -> DurableJobStore:
     return DurableJobStore(
-        scope=auth.scope_of(request), actor=auth.actor_of(request), using=conf.get("DATABASE")
+        scope=auth.scope_of(request), actor=auth.actor_of(request), using=jobs_settings.DATABASE
     )
 
 

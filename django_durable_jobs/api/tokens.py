@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from .. import conf, validation
+from .. import validation
+from ..conf import jobs_settings
 from ..errors import InputInvalid
 from ..models import ApiToken
 
@@ -38,7 +39,7 @@ class IssuedToken:
 
 
 def _alias() -> str:
-    return conf.get("DATABASE")
+    return jobs_settings.DATABASE
 
 
 def create_token(user, scope: str, name: str = "") -> IssuedToken:

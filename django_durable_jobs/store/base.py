@@ -12,7 +12,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 from django.utils import timezone
 
-from .. import conf, registry, validation
+from .. import registry, validation
+from ..conf import jobs_settings
 from ..dbvendor import bounded_atomic, lock_for_update, lock_gate
 from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
 from ..execution import Execution
@@ -97,7 +98,7 @@ class StoreBase:
         return job
 
     def _resolve_scope(self, scope: str | None) -> str:
-        resolved = scope if scope is not None else self.scope or conf.get("DEFAULT_SCOPE")
+        resolved = scope if scope is not None else self.scope or jobs_settings.DEFAULT_SCOPE
         validation.name(resolved, "scope")
         if self.scope is not None and resolved != self.scope:
             raise ScopeMismatch(

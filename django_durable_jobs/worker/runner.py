@@ -21,7 +21,8 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from .. import conf, registry
+from .. import registry
+from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
 from ..values import Claimed, Outcome
 from .completer import FLUSH_MAX, Completer, Finished
@@ -92,7 +93,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
     ) -> None:
         options.validate()
         self.options = options
-        self.using = options.using or conf.get("DATABASE")
+        self.using = jobs_settings.database(options.using)
         actor = options.actor or f"worker@{socket.gethostname()}:{os.getpid()}"
         self.store = DurableJobStore(
             scope=options.scope, actor=actor, lease=options.lease, using=self.using, clock=clock

@@ -15,7 +15,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from ... import cli_format, conf
+from ... import cli_format
+from ...conf import jobs_settings
 from ...errors import InputInvalid, NotReclaimable
 from ...models import Job, JobAttempt
 from ...store import DurableJobStore
@@ -66,7 +67,7 @@ class Command(BaseCommand):
                 raise CommandError(f"jobs token exited with status {code}.", returncode=code)
             return
         try:
-            using = options["database"] or conf.get("DATABASE")
+            using = jobs_settings.database(options["database"])
             store = DurableJobStore(actor=_actor(), using=using)
         except InputInvalid as exc:
             raise CommandError(exc.message) from exc

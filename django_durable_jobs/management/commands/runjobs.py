@@ -9,7 +9,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import conf
+from ...conf import jobs_settings
 from ...worker import Worker, WorkerOptions
 
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
             prefetch=options["prefetch"],
             operations=options["operations"],
             queues=options["queues"],
-            lease=options["lease"] or float(conf.get("LEASE_SECONDS")),
+            lease=options["lease"] or jobs_settings.LEASE_SECONDS,
             poll=options["poll"],
             burst=options["burst"],
             max_jobs=options["max_jobs"],

@@ -30,7 +30,7 @@ venv-dj52: $(VENV_DJ52)/.installed
 
 # Runs once per make invocation (also under -j): installs mysqlclient build headers if
 # missing and starts PostgreSQL and MariaDB if they are down. Fails loudly otherwise.
-# ensure-browser installs Debian's chromium for tests/test_admin_browser.py (warns, never fails).
+# ensure-browser installs Debian's chromium for tests/admin/test_browser.py (warns, never fails).
 services:
 	scripts/ensure-services
 	scripts/ensure-browser

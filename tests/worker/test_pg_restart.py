@@ -43,7 +43,7 @@ pytestmark = [
     pytest.mark.processes,
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LEASE = 5.0
 POLL = 30.0  # long, so that only a NOTIFY can wake the worker quickly
 TERMINAL = {JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED}

@@ -1,4 +1,4 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.test_api_support
+# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """The router mounted in a host's own NinjaAPI: same endpoints, auth, JSON errors and transactions.
 
 This module is also the URLconf of its tests (``ROOT_URLCONF`` is switched to it).
@@ -16,8 +16,8 @@ from ninja import NinjaAPI
 
 from django_durable_jobs.api import install_error_handlers, non_atomic_urls, router
 from django_durable_jobs.models import Job
+from tests.api.support import OP, now_clock, red, refused, token, user  # noqa: F401
 from tests.support import db_state
-from tests.test_api_support import OP, now_clock, red, refused, token, user  # noqa: F401
 
 host_api = NinjaAPI(urls_namespace="host_api_tests")
 install_error_handlers(host_api)

@@ -1,4 +1,4 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.test_api_support
+# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """The REST API's OpenAPI document and a bounded schemathesis run against the live schema.
 
 Proves: the served document is valid OpenAPI 3 and lists every endpoint with its error responses;
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
-from tests.test_api_support import (  # noqa: F401 - fixtures
+from tests.api.support import (  # noqa: F401 - fixtures
     OP,
     Api,
     api,

@@ -1,4 +1,4 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.test_api_support
+# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """The REST API's endpoints: each success path, and each refusal as JSON with the DB unchanged.
 
 Covers POST /jobs (201 new, 200 coalesced, exact proposal text, 409/413/422), GET /jobs (filters,
@@ -17,8 +17,7 @@ from django.test import override_settings
 from django_durable_jobs.api.errors import error_response, status_for
 from django_durable_jobs.errors import CapacityReached, DeadlineExceeded, JobError
 from django_durable_jobs.models import Job
-from tests.support import db_state
-from tests.test_api_support import (  # noqa: F401 - fixtures
+from tests.api.support import (  # noqa: F401 - fixtures
     OP,
     api,
     blue,
@@ -29,6 +28,7 @@ from tests.test_api_support import (  # noqa: F401 - fixtures
     token,
     user,
 )
+from tests.support import db_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

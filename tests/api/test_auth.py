@@ -1,4 +1,4 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.test_api_support
+# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """REST API security: authentication, permissions, scopes, tokens, CSRF and ATOMIC_REQUESTS.
 
 Proves: anonymous calls are 401 everywhere; each permission gates its endpoints (403); a job of
@@ -21,8 +21,7 @@ from django.test import Client, override_settings
 from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import ApiToken, Job
 from django_durable_jobs.store import DurableJobStore
-from tests.support import db_state
-from tests.test_api_support import (  # noqa: F401 - fixtures
+from tests.api.support import (  # noqa: F401 - fixtures
     BASE,
     OP,
     Api,
@@ -36,6 +35,7 @@ from tests.test_api_support import (  # noqa: F401 - fixtures
     token,
     user,
 )
+from tests.support import db_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -167,7 +167,7 @@ def test_tokens_are_stored_only_as_sha256_of_the_secret(user):
 )
 @pytest.mark.parametrize("kind", ["token", "session"])
 def test_each_endpoint_needs_its_permission_403(red, now_clock, missing, method, path, kind):
-    from tests.test_api_support import ALL_PERMS
+    from tests.api.support import ALL_PERMS
 
     perms = tuple(p for p in ALL_PERMS if p != missing)
     weak = make_user("bob", perms)

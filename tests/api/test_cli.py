@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 
 from django_durable_jobs.api.cli import add_token_parser, handle_token
 from django_durable_jobs.models import ApiToken
-from tests.test_api_support import Api, make_user
+from tests.api.support import Api, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

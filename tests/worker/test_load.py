@@ -33,7 +33,7 @@ from tests.testapp.models import DomainRow
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 JOBS = 2000
 WORKERS = 4
 CONCURRENCY = 4  # threads per worker (the default): 16 in all, on purpose more than cores

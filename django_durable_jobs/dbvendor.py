@@ -1,58 +1,31 @@
 """Per-database differences, confined to one place.
 
-* bounded transactions: lock waits capped at an execution's remaining budget (PostgreSQL
-  ``lock_timeout``, MariaDB/MySQL ``innodb_lock_wait_timeout`` and MariaDB ``max_statement_time``,
-  SQLite busy timeout), re-checked before COMMIT and restored afterwards;
-* ``SKIP LOCKED`` where the database has it;
+* lock-wait caps (``LockPolicy``): PostgreSQL ``lock_timeout``, MariaDB/MySQL
+  ``innodb_lock_wait_timeout`` and MariaDB ``max_statement_time``, SQLite busy timeout — set,
+  verified before COMMIT and restored, for :mod:`django_durable_jobs.transactions`;
+* ``SKIP LOCKED`` where the database has it, and the capacity gate's row lock;
+* PostgreSQL NOTIFY for new work;
 * recognising a lock-wait timeout among database errors.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, connections, transaction
+from django.db import connections
 from django.db.models import QuerySet
 
-from .errors import DeadlineExceeded, ExecutionStopped, LockPolicyConflict, TransactionOwned
+from .errors import LockPolicyConflict
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
-
-    from .execution import Execution
 
 LOCK_WAIT_MAX_SECONDS = 86_400.0  # PostgreSQL's lock_timeout tops out near 24.8 days in ms
 MYSQL_LOCK_ERRORS = frozenset(
     {1205, 1969, 3024}
 )  # lock wait timeout, statement time (MariaDB, MySQL)
 POSTGRES_LOCK_STATES = frozenset({"55P03", "57014"})  # lock_not_available, query_canceled
-
-
-def check_execution(execution: Execution) -> None:
-    """Refuse (before any SQL) an execution that is closed, cancelled or out of time."""
-    try:
-        execution.assert_active()
-    except ExecutionStopped as exc:
-        if exc.code == ExecutionStopped.DEADLINE:
-            raise DeadlineExceeded(
-                "The execution's time budget ran out; nothing was written. Retry with a new "
-                "execution and a larger budget."
-            ) from exc
-        raise
-
-
-def refuse_caller_transaction(using: str) -> None:
-    connection = connections[using]
-    # Autocommit turned off by hand is a caller-owned transaction too: a nested atomic() would
-    # only make a savepoint, and the caller could still roll the "committed" write back.
-    if connection.in_atomic_block or not connection.get_autocommit():
-        raise TransactionOwned(
-            "This store call opens and commits its own transaction; call it outside "
-            "transaction.atomic(). Your transaction was left untouched."
-        )
 
 
 def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool:
@@ -68,7 +41,7 @@ def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool
     return False
 
 
-class _LockPolicy:
+class LockPolicy:
     """Install, verify and restore a lock-wait cap for one bounded transaction."""
 
     def __init__(self, connection: BaseDatabaseWrapper, seconds: float) -> None:
@@ -153,44 +126,6 @@ class _LockPolicy:
             return (int(wait), float(statement))
         cursor.execute("SELECT @@SESSION.innodb_lock_wait_timeout")
         return (int(cursor.fetchone()[0]),)
-
-
-@contextmanager
-def bounded_atomic(using: str, execution: Execution | None = None) -> Iterator[None]:
-    """Run the block in a transaction of its own, bounded by ``execution`` when given.
-
-    Refuses inside the caller's atomic block (``TransactionOwned``) and, for an execution whose
-    budget is spent, before any SQL (``DeadlineExceeded``). Lock waits are capped at the remaining
-    budget; the budget and cancellation are checked again before COMMIT; the previous lock setting
-    is restored whatever happens.
-    """
-    refuse_caller_transaction(using)
-    if execution is None:
-        with transaction.atomic(using=using):
-            yield
-        return
-    check_execution(execution)
-    connection = connections[using]
-    policy = _LockPolicy(connection, execution.remaining())
-    try:
-        policy.before_begin()
-        with transaction.atomic(using=using):
-            policy.inside()
-            yield
-            policy.verify()
-            check_execution(execution)
-    except DatabaseError as exc:
-        if is_lock_timeout(connection, exc):
-            raise DeadlineExceeded(
-                "Waiting for a lock used up the execution's time budget; nothing was written. "
-                "Retry later or with a larger budget."
-            ) from exc
-        raise
-    finally:
-        try:
-            policy.restore()
-        except DatabaseError:  # the connection is gone; a new one starts with the defaults
-            pass
 
 
 WORK_CHANNEL = "durable_jobs_work"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .errors import ExecutionStopped, InputInvalid
 
 if TYPE_CHECKING:
-    from .store import Lease
+    from .values import Lease
 
 HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 

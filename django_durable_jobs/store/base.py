@@ -14,10 +14,11 @@ from django.utils import timezone
 
 from .. import registry, validation
 from ..conf import jobs_settings
-from ..dbvendor import bounded_atomic, lock_for_update, lock_gate
+from ..dbvendor import lock_for_update, lock_gate
 from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
 from ..execution import Execution
 from ..models import Job, JobAttempt
+from ..transactions import bounded_atomic
 from ..values import Lease
 from ..vocabulary import JobStatus, assess_ownership
 from .fence import _lease_lost

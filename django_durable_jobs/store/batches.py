@@ -20,9 +20,9 @@ from typing import Any
 from django.db.models import F
 
 from .. import registry, validation
-from ..dbvendor import bounded_atomic
 from ..errors import InputInvalid, LeaseLost
 from ..models import Job
+from ..transactions import bounded_atomic
 from ..values import Claimed, Lease, Outcome, Recorded
 from ..vocabulary import AttemptOutcomeChoice, JobStatus, is_authentic_pending, proposal_defect
 from .base import StoreBase, _attempt_of, _loss_of

@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from .. import registry, validation
-from ..dbvendor import bounded_atomic, lock_for_update
+from ..dbvendor import lock_for_update
 from ..errors import NotReclaimable
 from ..execution import Execution
 from ..models import Job
+from ..transactions import bounded_atomic
 from ..values import Claimed, Lease
 from ..vocabulary import JobStatus, assess_ownership, claim_refusal, is_takeable
 from .batches import BatchMixin, _claim_order, _Disagreement

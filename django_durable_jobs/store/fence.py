@@ -7,10 +7,10 @@ from datetime import datetime
 from django.db import connections
 from django.utils import timezone
 
-from ..dbvendor import check_execution
 from ..errors import InputInvalid, LeaseLost
 from ..execution import Execution, Identity, WriteFence
 from ..models import Job
+from ..transactions import check_execution
 from ..values import Lease
 from ..vocabulary import JobStatus, proposal_sha256
 

@@ -9,10 +9,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import registry, validation
-from ..dbvendor import bounded_atomic, notify_work
+from ..dbvendor import notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
 from ..execution import Execution, WriteFence
 from ..models import Job
+from ..transactions import bounded_atomic
 from ..values import AttemptOutcome, Finalization, Lease, RequestResult, canonical_json
 from ..vocabulary import (
     JobStatus,

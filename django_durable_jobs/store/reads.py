@@ -10,10 +10,10 @@ from django.core import signing
 from django.db.models import Q
 
 from .. import validation
-from ..dbvendor import check_execution
 from ..errors import InputInvalid, ScopeMismatch
 from ..execution import Execution
 from ..models import Job
+from ..transactions import check_execution
 from ..values import CandidatePage, PageQuery
 from ..vocabulary import OWNERSHIP_STATES, JobStatus
 from .base import StoreBase

@@ -16,10 +16,10 @@ from typing import Any
 from django.db import connections, transaction
 
 from .. import validation
-from ..dbvendor import bounded_atomic, check_execution, refuse_caller_transaction
 from ..errors import IdempotencyConflict, InputInvalid, JobError
 from ..execution import Execution
 from ..models import Job
+from ..transactions import bounded_atomic, check_execution, refuse_caller_transaction
 from ..values import Lease, Submission
 from ..vocabulary import JobStatus, Ownership, proposal_sha256
 from .base import StoreBase

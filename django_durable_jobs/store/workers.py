@@ -6,8 +6,8 @@ import os
 import socket
 from collections.abc import Iterable
 
-from ..dbvendor import bounded_atomic
 from ..models import WorkerProcess
+from ..transactions import bounded_atomic
 from .base import StoreBase
 
 

@@ -200,7 +200,7 @@ class Side:
         self.phase = phase
         self.alias = alias
         self.connection = connections[alias]
-        self.worker = DurableJobStore(actor="bench@localhost:1", lease=300.0, using=alias)
+        self.worker = DurableJobStore(actor="bench@localhost:1", lease_seconds=300.0, using=alias)
 
 
 class Benchmark:
@@ -261,13 +261,13 @@ class Benchmark:
             self.defer_pending(side, run_after=now + timedelta(days=1))
         crashed = DurableJobStore(
             actor="crashed@localhost:2",
-            lease=30.0,
+            lease_seconds=30.0,
             using=side.alias,
             clock=lambda: now - timedelta(hours=1),
         )
         for _ in range(EXPIRED_ROWS):
             crashed.insert(OP_HELD)
-        busy = DurableJobStore(actor="busy@localhost:3", lease=86400.0, using=side.alias)
+        busy = DurableJobStore(actor="busy@localhost:3", lease_seconds=86400.0, using=side.alias)
         for _ in range(LIVE_ROWS):
             busy.insert(OP_WORK)
 

@@ -51,7 +51,8 @@ class _Running:
 class JobManager:
     """Start, resume and watch durable jobs from inside this process.
 
-    ``JobManager(*, scope=None, actor=None, lease=30.0, max_jobs=10, using="default", clock=None)``
+    ``JobManager(*, scope=None, actor=None, lease_seconds=30.0, max_jobs=10, using="default",
+    clock=None)``; ``lease=`` is the deprecated name of ``lease_seconds=``.
 
     ``max_jobs`` caps the executors this manager runs at once; one more is refused with
     ``CapacityReached`` before anything is written. ``destroy()`` asks this manager's own executors
@@ -63,16 +64,21 @@ class JobManager:
         *,
         scope: str | None = None,
         actor: str | None = None,
-        lease: float = 30.0,
+        lease_seconds: float = 30.0,
         max_jobs: int = 10,
         using: str = "default",
         clock: Callable[[], datetime] | None = None,
+        lease: float | None = None,
     ) -> None:
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
             raise InputInvalid(f"max_jobs must be a positive whole number; got {max_jobs!r}.")
         actor = actor or f"manager@{socket.gethostname()}:{os.getpid()}"
         self.store = DurableJobStore(
-            scope=scope, actor=actor, lease=lease, using=using, clock=clock
+            scope=scope,
+            actor=actor,
+            lease_seconds=validation.lease_seconds(lease_seconds, lease),
+            using=using,
+            clock=clock,
         )
         self.max_jobs = max_jobs
         self._lock = threading.Lock()
@@ -298,7 +304,7 @@ class JobManager:
         """Renew every lease each lease/3 s while executors run; exit as soon as none is left."""
         try:
             while True:
-                self._idle.wait(self.store.lease / 3)
+                self._idle.wait(self.store.lease_seconds / 3)
                 with self._lock:
                     self._idle.clear()
                     if not self._running:

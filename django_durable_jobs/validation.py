@@ -7,6 +7,7 @@ import json
 import math
 import re
 import uuid
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
@@ -152,3 +153,23 @@ def whole(value: Any, what: str, low: int, high: int) -> int:
 
 def priority(value: Any) -> int:
     return whole(value, "Priority", -100, 100)
+
+
+def lease_seconds(value: Any, deprecated: Any = None) -> float:
+    """Return a lease length in seconds, or refuse it.
+
+    ``deprecated`` is the value given under the old keyword ``lease=``: it still works, with a
+    ``DeprecationWarning``, and wins over the default of ``lease_seconds``.
+    """
+    if deprecated is not None:
+        warnings.warn(
+            "lease= is deprecated; say lease_seconds= (the Lease is the value a claim returns).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        value = deprecated
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputInvalid(f"lease_seconds is a number of seconds; got {value!r}.")
+    if not math.isfinite(value) or value <= 0:
+        raise InputInvalid(f"lease_seconds must be a positive number of seconds; got {value!r}.")
+    return float(value)

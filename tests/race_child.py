@@ -51,7 +51,7 @@ def _store(args: dict[str, Any]):
     from django_durable_jobs.store import DurableJobStore
 
     fixed = datetime.fromisoformat(args["clock"])
-    return DurableJobStore(actor=args["actor"], lease=30.0, clock=lambda: fixed)
+    return DurableJobStore(actor=args["actor"], lease_seconds=30.0, clock=lambda: fixed)
 
 
 def _prepare_claim(args: dict[str, Any]):

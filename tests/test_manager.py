@@ -80,7 +80,7 @@ def rig():
 
     class Rig:
         def manager(self, **options) -> JobManager:
-            options.setdefault("lease", 0.6)
+            options.setdefault("lease_seconds", 0.6)
             m = JobManager(**options)
             managers.append(m)
             return m
@@ -189,7 +189,7 @@ def test_max_jobs_must_be_a_positive_whole_number():
 
 
 def test_heartbeats_renew_the_lease_so_a_job_outlasting_its_lease_completes(rig):
-    m, gate = rig.manager(lease=0.6), rig.gate(result={"long": True})
+    m, gate = rig.manager(lease_seconds=0.6), rig.gate(result={"long": True})
     job_id = m.start_job(OP, gate, submission(key="long"))
     started(gate)
     first = Job.objects.get(pk=job_id)
@@ -221,7 +221,7 @@ def test_heartbeats_renew_the_lease_so_a_job_outlasting_its_lease_completes(rig)
 
 
 def test_cancellation_requested_elsewhere_reaches_the_executor_and_ends_cancelled(rig):
-    m, gate = rig.manager(lease=0.6), rig.gate(on_cancel="raise")
+    m, gate = rig.manager(lease_seconds=0.6), rig.gate(on_cancel="raise")
     job_id = m.start_job(OP, gate, submission(key="c1"))
     started(gate)
     assert DurableJobStore(actor="operator").request_cancel(job_id) is True
@@ -236,7 +236,7 @@ def test_cancellation_requested_elsewhere_reaches_the_executor_and_ends_cancelle
 
 
 def test_cancel_job_reaches_its_own_executor_at_once(rig):
-    m, gate = rig.manager(lease=30), rig.gate(on_cancel="raise")  # no heartbeat for 10 s
+    m, gate = rig.manager(lease_seconds=30), rig.gate(on_cancel="raise")  # no heartbeat for 10 s
     job_id = m.start_job(OP, gate)
     started(gate)
     assert m.cancel_job(job_id) is True
@@ -247,7 +247,7 @@ def test_cancel_job_reaches_its_own_executor_at_once(rig):
 
 
 def test_executor_returning_after_a_late_cancellation_request_completes(rig):
-    m, gate = rig.manager(lease=0.6), rig.gate(on_cancel="ignore", result={"done": True})
+    m, gate = rig.manager(lease_seconds=0.6), rig.gate(on_cancel="ignore", result={"done": True})
     job_id = m.start_job(OP, gate, submission(key="late"))
     started(gate)
     assert m.cancel_job(job_id) is True
@@ -300,12 +300,12 @@ def test_wait_raises_timeout_error_while_the_executor_runs(rig):
 
 def test_lost_lease_reaches_the_executor_and_its_late_return_does_not_overwrite(rig):
     clock = FakeClock()
-    m = rig.manager(lease=0.6, clock=clock, actor="stale")
+    m = rig.manager(lease_seconds=0.6, clock=clock, actor="stale")
     gate = rig.gate(on_cancel="ignore", result={"stale": True})
     job_id = m.start_job(OP, gate, submission(key="lost"))
     started(gate)
     clock.advance(1)  # the manager's lease expires; its heartbeats cannot revive it
-    new_owner = DurableJobStore(actor="fresh", lease=60, clock=clock)
+    new_owner = DurableJobStore(actor="fresh", lease_seconds=60, clock=clock)
     lease = new_owner.claim(job_id)
     assert gate.saw_cancel.wait(WAIT)
     assert gate.contexts[0].lease_lost is True
@@ -321,12 +321,12 @@ def test_lost_lease_reaches_the_executor_and_its_late_return_does_not_overwrite(
 
 def test_stale_executor_stopping_after_a_lost_lease_leaves_the_new_attempt_running(rig):
     clock = FakeClock()
-    m = rig.manager(lease=0.6, clock=clock)
+    m = rig.manager(lease_seconds=0.6, clock=clock)
     gate = rig.gate(on_cancel="raise")
     job_id = m.start_job(OP, gate, submission(key="lost2"))
     started(gate)
     clock.advance(1)
-    new_owner = DurableJobStore(actor="fresh", lease=60, clock=clock)
+    new_owner = DurableJobStore(actor="fresh", lease_seconds=60, clock=clock)
     lease = new_owner.claim(job_id)
     job = m.wait(job_id, WAIT)  # the executor saw ctx.cancelled and raised JobCancelled
     assert gate.saw_cancel.is_set()
@@ -341,7 +341,7 @@ def test_stale_executor_stopping_after_a_lost_lease_leaves_the_new_attempt_runni
 
 
 def test_destroy_cancels_only_this_managers_executors(rig):
-    a, b = rig.manager(lease=0.6), rig.manager(lease=0.6)
+    a, b = rig.manager(lease_seconds=0.6), rig.manager(lease_seconds=0.6)
     gate_a, gate_b = rig.gate(on_cancel="raise"), rig.gate(on_cancel="raise", result={"b": 1})
     job_a = a.start_job(OP, gate_a, submission(key="a"))
     job_b = b.start_job(OP, gate_b, submission(key="b"))
@@ -386,7 +386,7 @@ def test_cleanup_returns_zero_and_deletes_nothing(rig):
 
 
 def test_update_progress_only_for_jobs_this_manager_runs(rig):
-    m, other = rig.manager(lease=30), rig.manager(lease=30)
+    m, other = rig.manager(lease_seconds=30), rig.manager(lease_seconds=30)
     gate = rig.gate()
     job_id = m.start_job(OP, gate)
     started(gate)
@@ -429,7 +429,7 @@ def test_list_jobs_and_get_job_stay_in_the_managers_scope(rig):
 
 def test_max_jobs_refuses_beyond_capacity_with_capacity_reached(rig):
     clock = FakeClock()  # heartbeats rewrite identical values: db_state() stays comparable
-    m = rig.manager(max_jobs=1, lease=30, clock=clock)
+    m = rig.manager(max_jobs=1, lease_seconds=30, clock=clock)
     gate = rig.gate()
     sub = submission(key="first")
     job_id = m.start_job(OP, gate, sub)
@@ -470,11 +470,11 @@ def test_resume_job_runs_deferred_work(rig):
 
 def test_resume_job_takes_over_an_expired_lease_from_its_checkpoint(rig):
     clock = FakeClock()
-    crashed = DurableJobStore(actor="crashed", lease=10, clock=clock)
+    crashed = DurableJobStore(actor="crashed", lease_seconds=10, clock=clock)
     job_id = crashed.defer(OP, submission({"size": 5}, key="r")).pk
     old = crashed.claim(job_id)
     crashed.checkpoint(old, '{"done":2}')
-    m = rig.manager(lease=30, clock=clock)
+    m = rig.manager(lease_seconds=30, clock=clock)
     assert_refused(
         NotReclaimable, "E_JOB_NOT_RECLAIMABLE", lambda: m.resume_job(job_id, rig.gate())
     )  # the lease is live

@@ -82,7 +82,7 @@ def retrying_operation():
 def test_a_failed_job_is_retried_after_its_backoff_and_not_past_max_attempts(
     clock, retrying_operation
 ):
-    store = DurableJobStore(actor="w", lease=30, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=30, clock=clock)
     job = store.defer(OP, submission(key="flaky"))
     [lease] = store.claim_next(operations=[OP])
     store.fail(lease, "upstream 503")
@@ -115,7 +115,7 @@ def test_a_failed_job_is_retried_after_its_backoff_and_not_past_max_attempts(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_person_asking_for_a_retry_does_not_wait_out_the_backoff(clock, retrying_operation):
-    store = DurableJobStore(actor="w", lease=30, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=30, clock=clock)
     job = store.defer(OP, submission(key="flaky"))
     [lease] = store.claim_next(operations=[OP])
     store.fail(lease, "upstream 503")
@@ -128,7 +128,7 @@ def test_a_person_asking_for_a_retry_does_not_wait_out_the_backoff(clock, retryi
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operation_without_a_policy_stays_failed(clock):
-    store = DurableJobStore(actor="w", lease=30, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=30, clock=clock)
     job = store.defer("no.policy", submission(key="once"))
     [lease] = store.claim_next(operations=["no.policy"])
     store.fail(lease, "boom")

@@ -300,7 +300,7 @@ def test_resumable_operations_are_those_registered_with_on_expired_resume(scratc
 
 
 def _expired_pair(clock: FakeClock) -> tuple[DurableJobStore, Job, Job]:
-    crashed = DurableJobStore(actor="crashed", lease=10, clock=clock)
+    crashed = DurableJobStore(actor="crashed", lease_seconds=10, clock=clock)
     steps = crashed.defer("tests.steps", submission({"steps": 2}, key="s"))
     hold = crashed.defer("tests.hold", submission({"steps": 2}, key="h"))
     crashed.claim(steps.pk)
@@ -312,7 +312,7 @@ def _expired_pair(clock: FakeClock) -> tuple[DurableJobStore, Job, Job]:
 def test_claim_next_reclaims_expired_leases_only_of_resume_operations_by_default():
     clock = live_clock()
     crashed, steps, hold = _expired_pair(clock)
-    worker = DurableJobStore(actor="worker", lease=10, clock=clock)
+    worker = DurableJobStore(actor="worker", lease_seconds=10, clock=clock)
     leases = worker.claim_next(limit=10)
     assert [(lease.job_id, lease.epoch) for lease in leases] == [(steps.pk, 2)]
     held = worker.get(hold.pk)
@@ -328,7 +328,7 @@ def test_claim_next_reclaims_expired_leases_only_of_resume_operations_by_default
 def test_claim_next_resume_expired_overrides_the_registry():
     clock = live_clock()
     _, steps, hold = _expired_pair(clock)
-    worker = DurableJobStore(actor="worker", lease=10, clock=clock)
+    worker = DurableJobStore(actor="worker", lease_seconds=10, clock=clock)
     assert worker.claim_next(limit=10, resume_expired=[]) == []
     leases = worker.claim_next(limit=10, resume_expired=["tests.hold"])
     assert [lease.job_id for lease in leases] == [hold.pk]

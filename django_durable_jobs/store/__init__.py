@@ -45,5 +45,7 @@ __all__ = [
 class DurableJobStore(SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin, WorkerRowMixin):
     """A client of the job table: one owner id, one scope, one clock.
 
-    ``DurableJobStore(*, scope=None, actor=None, lease=30.0, using="default", clock=None)``
+    ``DurableJobStore(*, scope=None, actor=None, lease_seconds=30.0, using="default", clock=None)``
+
+    ``lease=`` is the deprecated name of ``lease_seconds=``; it still works, with a warning.
     """

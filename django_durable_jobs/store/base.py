@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -64,23 +63,25 @@ class StoreBase:
         *,
         scope: str | None = None,
         actor: str | None = None,
-        lease: float = 30.0,
+        lease_seconds: float = 30.0,
         using: str = "default",
         clock: Callable[[], datetime] | None = None,
+        lease: float | None = None,
     ) -> None:
         self.scope = None if scope is None else validation.name(scope, "scope")
         self.actor = None if actor is None else validation.name(actor, "actor")
-        if isinstance(lease, bool) or not isinstance(lease, (int, float)):
-            raise InputInvalid(f"lease is a number of seconds; got {lease!r}.")
-        if not math.isfinite(lease) or lease <= 0:
-            raise InputInvalid(f"lease must be a positive number of seconds; got {lease!r}.")
+        self.lease_seconds = validation.lease_seconds(lease_seconds, lease)
         if using not in connections.databases:
             raise InputInvalid(f"No database alias {using!r} in settings.DATABASES.")
-        self.lease = float(lease)
         self.using = using
         self.clock = clock or timezone.now
         self.owner_id = str(uuid.uuid4())
         self._claim_statements: dict[tuple, Any] = {}  # compiled claims, see batches.py
+
+    @property
+    def lease(self) -> float:
+        """Deprecated name of :attr:`lease_seconds`."""
+        return self.lease_seconds
 
     def __repr__(self) -> str:
         return f"<DurableJobStore scope={self.scope!r} actor={self.actor!r} owner={self.owner_id}>"
@@ -207,7 +208,7 @@ class StoreBase:
             # An expired attempt, superseded: its outcome is uncertain. (A released attempt
             # already has its history row.)
             self._record_attempt(row, now, "interrupted", INTERRUPTED_ERROR)
-        expires = now + timedelta(seconds=self.lease)
+        expires = now + timedelta(seconds=self.lease_seconds)
         changes: dict[str, Any] = {
             "status": JobStatus.RUNNING,
             "owner_id": self.owner_id,

@@ -67,7 +67,7 @@ class BatchMixin(StoreBase):
         if statement is None:
             statement = ClaimStatement.compile(self.using, build, limit)
             self._claim_statements[key] = statement
-        expires = now + timedelta(seconds=self.lease)
+        expires = now + timedelta(seconds=self.lease_seconds)
         changes = {
             "status": JobStatus.RUNNING,
             "owner_id": self.owner_id,
@@ -129,7 +129,10 @@ class BatchMixin(StoreBase):
         rows = JobRows(self.using, self.scope)
         with bounded_atomic(self.using):
             now = self._now()
-            renewal = {"lease_expires_at": now + timedelta(seconds=self.lease), "heartbeat_at": now}
+            renewal = {
+                "lease_expires_at": now + timedelta(seconds=self.lease_seconds),
+                "heartbeat_at": now,
+            }
             mine = [lease for lease in leases if lease.owner_id == self.owner_id]
             rows.update_fenced(mine, renewal, owner_id=self.owner_id, unexpired_at=now)
             found = rows.get(lease.job_id for lease in leases)

@@ -34,7 +34,7 @@ class OutcomeMixin(StoreBase):
         """Renew the lease and return the row (so the owner sees requests made meanwhile)."""
         return self._fenced_update(
             lease,
-            lease_expires_at=lambda now: now + timedelta(seconds=self.lease),
+            lease_expires_at=lambda now: now + timedelta(seconds=self.lease_seconds),
             heartbeat_at=lambda now: now,
         )
 

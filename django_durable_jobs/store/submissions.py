@@ -134,7 +134,7 @@ class SubmissionMixin(StoreBase):
             if self._existing(op, scope, row.key, row.proposal) is not None:
                 return None
             self._require_capacity(op, cap)
-            expires = now + timedelta(seconds=self.lease)
+            expires = now + timedelta(seconds=self.lease_seconds)
             fields = {
                 "operation": op,
                 "scope": scope,

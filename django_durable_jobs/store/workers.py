@@ -33,7 +33,7 @@ class WorkerRowMixin(StoreBase):
                     "started_at": now,
                     "heartbeat_at": now,
                     "stopped_at": None,
-                    "lease_seconds": self.lease,
+                    "lease_seconds": self.lease_seconds,
                     "concurrency": concurrency,
                     "leases_held": 0,
                     "stopping": False,

@@ -53,7 +53,7 @@ class HeartbeatMixin:
 
     def _heartbeat_loop(self) -> None:
         """Renew every lease held each lease/3 s; pass cancellation and lost leases to ctx."""
-        interval = self.options.lease / 3
+        interval = self.options.lease_seconds / 3
         try:
             while not self.stopped.wait(interval):
                 self.heartbeat_once()

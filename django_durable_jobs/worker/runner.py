@@ -44,7 +44,7 @@ class WorkerOptions:
     prefetch: int | None = None  # claimed jobs waiting for a job thread; None: = concurrency
     operations: list[str] | None = None
     queues: list[str] | None = None
-    lease: float = 30.0
+    lease_seconds: float = 30.0
     poll: float = 1.0
     burst: bool = False
     max_jobs: int | None = None
@@ -60,7 +60,7 @@ class WorkerOptions:
             raise ValueError("--concurrency must be at least 1.")
         if self.prefetch is not None and self.prefetch < 0:
             raise ValueError("--prefetch must not be negative.")
-        if not self.lease > 0:
+        if not self.lease_seconds > 0:
             raise ValueError("--lease must be a positive number of seconds.")
         if not self.poll > 0:
             raise ValueError("--poll must be a positive number of seconds.")
@@ -96,7 +96,11 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         self.using = jobs_settings.database(options.using)
         actor = options.actor or f"worker@{socket.gethostname()}:{os.getpid()}"
         self.store = DurableJobStore(
-            scope=options.scope, actor=actor, lease=options.lease, using=self.using, clock=clock
+            scope=options.scope,
+            actor=actor,
+            lease_seconds=options.lease_seconds,
+            using=self.using,
+            clock=clock,
         )
         # Only claim what this process can run: jobs of operations registered elsewhere (another
         # deployment, a newer release) stay pending for a worker that knows them.
@@ -150,8 +154,8 @@ class Worker(HeartbeatMixin, ShutdownMixin):
             for _ in range(self.options.concurrency):
                 self.buffer.put(None)  # idle job threads exit; busy ones die with the process
             self.completer.stop()
-            self.completer.join(timeout=self.options.lease)
-            heartbeat.join(timeout=self.options.lease)
+            self.completer.join(timeout=self.options.lease_seconds)
+            heartbeat.join(timeout=self.options.lease_seconds)
             if clean:  # a crashed worker's row must go stale, not claim a clean stop
                 self._sign_off()
             close_thread_connections()

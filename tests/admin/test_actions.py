@@ -36,8 +36,8 @@ def clock():
 @pytest.fixture
 def jobs(clock):
     """One job in each state an action distinguishes, created a second apart (list order)."""
-    short = DurableJobStore(actor="short", lease=30, clock=clock)  # expired by now
-    long = DurableJobStore(actor="long", lease=3600, clock=clock)  # still current
+    short = DurableJobStore(actor="short", lease_seconds=30, clock=clock)  # expired by now
+    long = DurableJobStore(actor="long", lease_seconds=3600, clock=clock)  # still current
     made = {}
     for name in ("pending", "running", "expired", "complete", "failed", "cancelled"):
         made[name] = long.defer("demo.op", submission({"j": name}, key=name)).pk

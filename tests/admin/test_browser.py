@@ -63,8 +63,8 @@ def triage_jobs():
     """Return an expired running job, plus a live running job and a pending one around it."""
     now = timezone.now()
     past = FakeClock(now=now - timedelta(minutes=30))
-    old = DurableJobStore(actor="vanished-worker", lease=10, clock=past)
-    live = DurableJobStore(actor="live-worker", lease=3600)
+    old = DurableJobStore(actor="vanished-worker", lease_seconds=10, clock=past)
+    live = DurableJobStore(actor="live-worker", lease_seconds=3600)
     expired = old.defer("demo.stuck", submission({"n": 1}, key="stuck"))
     old.claim(expired.pk)  # the lease ran out ten seconds later, half an hour ago
     current = live.defer("demo.busy", submission({"n": 2}, key="busy"))

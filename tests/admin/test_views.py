@@ -59,7 +59,7 @@ def near_now():
 
 
 def running_job(clock, *, lease: float, key: str, worker: bool = True, op: str = "demo.op"):
-    store = DurableJobStore(actor="worker-a", lease=lease, clock=clock)
+    store = DurableJobStore(actor="worker-a", lease_seconds=lease, clock=clock)
     job = store.defer(op, submission({"k": key}, key=key))
     if worker:
         store.register_worker(concurrency=1)
@@ -226,7 +226,7 @@ def test_search_by_exact_id_and_by_idempotency_key(root):
 
 
 def test_detail_page_pretty_prints_json_and_shows_the_stored_text(root, near_now):
-    store = DurableJobStore(actor="a", lease=600, clock=near_now)
+    store = DurableJobStore(actor="a", lease_seconds=600, clock=near_now)
     payload = {"items": [1, 2], "name": "Zoë <b>"}
     job = store.defer("demo.op", submission(payload, key="detail"))
     lease = store.claim(job.pk)
@@ -247,8 +247,8 @@ def test_detail_page_pretty_prints_json_and_shows_the_stored_text(root, near_now
 
 
 def test_detail_page_lists_attempts_newest_first(root, near_now):
-    first = DurableJobStore(actor="first", lease=10, clock=near_now)
-    second = DurableJobStore(actor="second", lease=600, clock=near_now)
+    first = DurableJobStore(actor="first", lease_seconds=10, clock=near_now)
+    second = DurableJobStore(actor="second", lease_seconds=600, clock=near_now)
     job = first.defer("demo.op", submission(key="attempts"))
     first.claim(job.pk)
     near_now.advance(11)
@@ -273,7 +273,7 @@ def test_detail_banner_for_a_pending_cancellation_request(root, near_now):
 
 
 def test_detail_banners_for_a_retry_request_and_a_diagnostic_error(root, near_now):
-    store = DurableJobStore(actor="a", lease=600, clock=near_now)
+    store = DurableJobStore(actor="a", lease_seconds=600, clock=near_now)
     job = store.defer("demo.op", submission(key="retry-banner"))
     store.fail(store.claim(job.pk), "nope")
     store.request_retry(job.pk)
@@ -290,7 +290,7 @@ def test_detail_banners_for_a_retry_request_and_a_diagnostic_error(root, near_no
 
 
 def test_nobody_can_add_change_or_delete_jobs_or_attempts(root, near_now):
-    store = DurableJobStore(actor="a", lease=600, clock=near_now)
+    store = DurableJobStore(actor="a", lease_seconds=600, clock=near_now)
     job = store.defer("demo.op", submission(key="ro"))
     store.fail(store.claim(job.pk), "x")
     attempt = JobAttempt.objects.get()
@@ -385,7 +385,7 @@ def test_changelist_query_count_does_not_grow_with_the_rows_shown(root, url):
 
 
 def test_attempt_and_worker_lists_run_constant_queries(root, near_now):
-    store = DurableJobStore(actor="a", lease=600, clock=near_now)
+    store = DurableJobStore(actor="a", lease_seconds=600, clock=near_now)
     store.register_worker(concurrency=1)
 
     def add(n: int) -> None:

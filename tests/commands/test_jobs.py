@@ -47,8 +47,8 @@ def jobs():
     """Make one job in each state triage cares about; return them by name."""
     now = timezone.now()
     past = FakeClock(now=now - timedelta(minutes=60))
-    old = DurableJobStore(actor="old-worker", lease=10, clock=past)
-    live = DurableJobStore(actor="live-worker", lease=3600)
+    old = DurableJobStore(actor="old-worker", lease_seconds=10, clock=past)
+    live = DurableJobStore(actor="live-worker", lease_seconds=3600)
 
     pending = old.defer("demo.pending", submission({"n": 1}, key="p"), queue="slow")
     past.now = now - timedelta(minutes=50)

@@ -62,7 +62,7 @@ def assert_untouched(job: Job, owner: DurableJobStore, epoch: int = 1) -> None:
 
 def test_complete_atomically_commits_domain_write_receipt_and_history_together():
     clock = FakeClock(now=timezone.now())  # the mutation's assert_write_fence reads the wall clock
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job, execution = running_job(store)
 
     def mutation(e):
@@ -113,7 +113,7 @@ def _mutation(behaviour: str, job: Job, clock: FakeClock):
 )
 def test_complete_atomically_fault_rolls_back_domain_write_history_and_job(behaviour, error, code):
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job, execution = running_job(store)
     before = db_state()
 
@@ -131,7 +131,7 @@ def test_complete_atomically_fault_rolls_back_domain_write_history_and_job(behav
 
 def test_complete_atomically_refuses_a_coroutine_receipt_without_a_never_awaited_warning():
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job, execution = running_job(store)
     before = db_state()
 
@@ -168,8 +168,8 @@ def reclaimed_from_old_owner():
     """Return (old store, new store, job, old owner's fenced execution) after the new owner
     reclaimed the expired job."""
     clock = FakeClock()
-    old = DurableJobStore(actor="old", lease=LEASE, clock=clock)
-    new = DurableJobStore(actor="new", lease=LEASE, clock=clock)
+    old = DurableJobStore(actor="old", lease_seconds=LEASE, clock=clock)
+    new = DurableJobStore(actor="new", lease_seconds=LEASE, clock=clock)
     _old_lease, job, old_execution = running_job(old)
     clock.advance(LEASE + 1)
     new.claim(job.pk)
@@ -199,7 +199,7 @@ def test_complete_atomically_refuses_the_domain_write_after_a_cancellation_reque
     # Unlike complete(), the atomic path guards a domain write, which a cancellation request
     # forbids (SPEC §4, assert_write_fence): the mutation must not run.
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     _lease, job, execution = running_job(store)
     store.request_cancel(job.pk)
     called: list[bool] = []
@@ -215,7 +215,7 @@ def test_complete_atomically_refuses_the_domain_write_after_a_cancellation_reque
 
 def test_complete_atomically_mutation_outlasting_the_budget_rolls_back():
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job, _ = running_job(store)
     execution = execution_for(store, job, lease, budget=0.5)
     before = db_state()
@@ -238,7 +238,7 @@ def test_complete_atomically_mutation_outlasting_the_budget_rolls_back():
 
 def failed_job(clock: FakeClock):
     """Return (worker store, job) for a job that failed with a result, an error and a request."""
-    worker = DurableJobStore(actor="worker", lease=LEASE, clock=clock)
+    worker = DurableJobStore(actor="worker", lease_seconds=LEASE, clock=clock)
     lease, job, execution = running_job(worker)
     worker.checkpoint(lease, '{"step": 3}')
     worker.request_cancel(job.pk)
@@ -256,7 +256,7 @@ def test_retry_atomically_starts_a_new_attempt_together_with_the_retained_outcom
     clock = FakeClock()
     _worker, job = failed_job(clock)
     clock.advance(5)
-    retrier = DurableJobStore(actor="retrier", lease=LEASE, clock=clock)
+    retrier = DurableJobStore(actor="retrier", lease_seconds=LEASE, clock=clock)
     seen: list[dict] = []
 
     def retain_outcome(previous_json: str) -> str:
@@ -337,7 +337,7 @@ def test_retry_atomically_fault_rolls_back_retained_outcome_and_retry(behaviour,
     if behaviour == "capacity":  # another attempt of the operation holds the only slot
         running_job(worker, key="blocker")
         max_running = 1
-    retrier = DurableJobStore(actor="retrier", lease=LEASE, clock=clock)
+    retrier = DurableJobStore(actor="retrier", lease_seconds=LEASE, clock=clock)
     execution = execution_for(retrier, job)
     called: list[str] = []
     before = db_state()
@@ -364,10 +364,10 @@ def test_retry_atomically_fault_rolls_back_retained_outcome_and_retry(behaviour,
 
 def test_retry_atomically_of_an_expired_attempt_writes_its_history_row_only_on_commit():
     clock = FakeClock()
-    worker = DurableJobStore(actor="worker", lease=LEASE, clock=clock)
+    worker = DurableJobStore(actor="worker", lease_seconds=LEASE, clock=clock)
     _lease, job, _ = running_job(worker)
     clock.advance(LEASE + 1)
-    retrier = DurableJobStore(actor="retrier", lease=LEASE, clock=clock)
+    retrier = DurableJobStore(actor="retrier", lease_seconds=LEASE, clock=clock)
     cancelled = execution_for(retrier, job)
     before = db_state()
 
@@ -392,10 +392,10 @@ def test_retry_atomically_of_an_expired_attempt_writes_its_history_row_only_on_c
 
 def test_retry_atomically_never_reopens_a_complete_job():
     clock = FakeClock()
-    worker = DurableJobStore(actor="worker", lease=LEASE, clock=clock)
+    worker = DurableJobStore(actor="worker", lease_seconds=LEASE, clock=clock)
     lease, job, _execution = running_job(worker)
     worker.complete(lease, {"done": True})
-    retrier = DurableJobStore(actor="retrier", lease=LEASE, clock=clock)
+    retrier = DurableJobStore(actor="retrier", lease_seconds=LEASE, clock=clock)
     called: list[str] = []
     before = db_state()
 
@@ -415,7 +415,7 @@ def test_retry_atomically_never_reopens_a_complete_job():
 
 def test_finalize_atomically_records_the_failure_with_its_bookkeeping():
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     _lease, job, execution = running_job(store)
 
     def bookkeeping(e):
@@ -438,7 +438,7 @@ def test_finalize_atomically_records_the_failure_with_its_bookkeeping():
 
 def test_finalize_atomically_acknowledges_a_cancellation_request():
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     _lease, job, execution = running_job(store)
     store.request_cancel(job.pk)
 
@@ -453,7 +453,7 @@ def test_finalize_atomically_acknowledges_a_cancellation_request():
 
 def test_finalize_atomically_bookkeeping_fault_leaves_pending_finalization_and_writes_nothing():
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     _lease, job, execution = running_job(store)
     before = db_state()
 
@@ -481,7 +481,7 @@ def test_finalize_atomically_refused_bookkeeping_result_leaves_pending_finalizat
     behaviour, code
 ):
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     _lease, job, execution = running_job(store)
     before = db_state()
 
@@ -528,7 +528,7 @@ def test_finalize_atomically_with_a_stale_lease_never_raises_and_runs_no_bookkee
 )
 def test_finalize_atomically_with_an_invalid_outcome_is_pending_finalization(outcome):
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     _lease, job, execution = running_job(store)
     called: list[bool] = []
     before = db_state()

@@ -37,7 +37,7 @@ INVALID = "E_JOB_INPUT_INVALID"
 
 @pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="tester", lease=LEASE, clock=clock)
+    return DurableJobStore(actor="tester", lease_seconds=LEASE, clock=clock)
 
 
 @pytest.fixture
@@ -244,7 +244,7 @@ def test_a_bad_queue_name_is_refused(store, lease):
 def test_a_store_with_bad_arguments_is_refused_and_writes_nothing(lease):
     """None means unscoped / anonymous; every other bad value is refused at construction."""
     bad = [{f: n} for f in ("scope", "actor") for n in BAD_NAMES if n is not None]
-    bad += [{"lease": v} for v in (0, -1, float("nan"), float("inf"), "30", True)]
+    bad += [{"lease_seconds": v} for v in (0, -1, float("nan"), float("inf"), "30", True)]
     bad += [{"using": "no-such-database"}]
     for kwargs in bad:
         refused(lambda kwargs=kwargs: DurableJobStore(**kwargs), case=kwargs)
@@ -364,7 +364,7 @@ def test_claiming_a_job_whose_counter_is_at_its_maximum_is_refused(
     Job.objects.filter(pk=lease.job_id).update(**{counter: maximum})
     assert getattr(Job.objects.get(pk=lease.job_id), counter) == maximum  # the database holds it
     clock.advance(LEASE)
-    rival = DurableJobStore(actor="rival", lease=LEASE, clock=clock)
+    rival = DurableJobStore(actor="rival", lease_seconds=LEASE, clock=clock)
     error = refused(lambda: rival.claim(lease.job_id), case=counter)
     assert "maximum" in error.message
     assert not JobAttempt.objects.exists()  # no "interrupted" attempt was recorded either

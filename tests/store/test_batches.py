@@ -33,12 +33,12 @@ LEASE_DELTA = timedelta(seconds=LEASE)
 
 @pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-a", lease=LEASE, clock=clock)
+    return DurableJobStore(actor="worker-a", lease_seconds=LEASE, clock=clock)
 
 
 @pytest.fixture
 def rival(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-b", lease=LEASE, clock=clock)
+    return DurableJobStore(actor="worker-b", lease_seconds=LEASE, clock=clock)
 
 
 def backlog(store: DurableJobStore, count: int, op: str = OP, **kwargs) -> list[Job]:

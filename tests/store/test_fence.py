@@ -59,8 +59,8 @@ def started(store: DurableJobStore, key: str = "k1") -> tuple[Lease, Job]:
 
 def reclaimed(clock: FakeClock):
     """Return (old store, old lease, new store, new lease, job) after ``new`` reclaimed the job."""
-    old = DurableJobStore(actor="old", lease=LEASE, clock=clock)
-    new = DurableJobStore(actor="new", lease=LEASE, clock=clock)
+    old = DurableJobStore(actor="old", lease_seconds=LEASE, clock=clock)
+    new = DurableJobStore(actor="new", lease_seconds=LEASE, clock=clock)
     old_lease, job = started(old)
     clock.advance(LEASE + 1)
     new_lease = new.claim(job.pk)
@@ -105,8 +105,8 @@ def test_old_owner_write_after_reclaim_is_refused_with_lease_lost(write):
 
 def test_new_owner_work_stands_while_every_old_owner_write_is_refused():
     clock = FakeClock()
-    old = DurableJobStore(actor="old", lease=LEASE, clock=clock)
-    new = DurableJobStore(actor="new", lease=LEASE, clock=clock)
+    old = DurableJobStore(actor="old", lease_seconds=LEASE, clock=clock)
+    new = DurableJobStore(actor="new", lease_seconds=LEASE, clock=clock)
     old_lease, job = started(old)
     old.checkpoint(old_lease, '{"step": 1}')
     old.progress(old_lease, 40)
@@ -140,7 +140,7 @@ def test_new_owner_work_stands_while_every_old_owner_write_is_refused():
 @pytest.mark.parametrize("write", sorted(OWNER_WRITES))
 def test_expired_lease_cannot_revive_itself_before_anyone_reclaims(write):
     clock = FakeClock()
-    store = DurableJobStore(actor="slow", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="slow", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     store.request_cancel(job.pk)
     clock.advance(LEASE)  # expiry is exclusive: at expires_at the lease is gone
@@ -155,7 +155,7 @@ def test_expired_lease_cannot_revive_itself_before_anyone_reclaims(write):
 
 def test_hand_made_lease_with_a_stale_epoch_is_refused_even_for_the_same_owner():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     first, job = started(store)
     clock.advance(LEASE + 1)
     second = store.claim(job.pk)  # the same client reclaims its own expired job: epoch 2
@@ -174,7 +174,7 @@ def test_hand_made_lease_with_a_stale_epoch_is_refused_even_for_the_same_owner()
 
 def test_hand_made_lease_with_a_stale_epoch_is_refused_by_the_write_fence():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     first, job = started(store)
     clock.advance(LEASE + 1)
     second = store.claim(job.pk)
@@ -191,7 +191,7 @@ def test_hand_made_lease_with_a_stale_epoch_is_refused_by_the_write_fence():
 
 def test_hand_made_lease_cannot_extend_an_expired_lease():
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     clock.advance(LEASE + 1)
     extended = dataclasses.replace(lease, expires_at=clock() + timedelta(hours=1))
@@ -203,8 +203,8 @@ def test_hand_made_lease_cannot_extend_an_expired_lease():
 
 def test_lease_of_another_owner_is_refused_while_the_owner_still_holds_it():
     clock = FakeClock()
-    owner = DurableJobStore(actor="owner", lease=LEASE, clock=clock)
-    intruder = DurableJobStore(actor="intruder", lease=LEASE, clock=clock)
+    owner = DurableJobStore(actor="owner", lease_seconds=LEASE, clock=clock)
+    intruder = DurableJobStore(actor="intruder", lease_seconds=LEASE, clock=clock)
     lease, job = started(owner)
     owner.request_cancel(job.pk)
     borrowed_identity = Lease(job.pk, intruder.owner_id, lease.epoch, lease.expires_at)
@@ -236,7 +236,7 @@ def test_old_owner_fenced_domain_write_after_reclaim_is_refused_before_anything_
 
 def test_assert_write_fence_lets_the_current_owner_write():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     before = db_state()
 
@@ -248,7 +248,7 @@ def test_assert_write_fence_lets_the_current_owner_write():
 
 def test_assert_write_fence_refuses_after_a_cancellation_request():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     assert store.request_cancel(job.pk) is True
 
@@ -257,7 +257,7 @@ def test_assert_write_fence_refuses_after_a_cancellation_request():
 
 def test_assert_write_fence_refuses_a_job_that_is_no_longer_running():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     execution = execution_for(store, job, lease)
     store.complete(lease, {"done": True})
@@ -268,7 +268,7 @@ def test_assert_write_fence_refuses_a_job_that_is_no_longer_running():
 def test_assert_write_fence_refuses_a_lease_that_expired_by_the_wall_clock():
     # A paused worker whose lease ran out must not write even though nobody reclaimed the job yet.
     clock = live_clock(offset=-(LEASE + 5))
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     assert lease.expires_at < timezone.now()
 
@@ -287,7 +287,7 @@ def test_assert_write_fence_refuses_a_lease_that_expired_by_the_wall_clock():
 )
 def test_assert_write_fence_refuses_a_tampered_proposal(tamper):
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     execution = execution_for(store, job, lease)
     assert Job.objects.filter(pk=job.pk).update(**tamper) == 1  # by hand, behind the store
@@ -297,7 +297,7 @@ def test_assert_write_fence_refuses_a_tampered_proposal(tamper):
 
 def test_assert_write_fence_refuses_a_fence_bound_to_another_proposal_hash():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     unfenced = execution_for(store, job)
     execution = bind_write_fence(unfenced, lease, proposal_sha256('{"n": 2}'))
@@ -312,7 +312,7 @@ def test_assert_write_fence_refuses_a_fence_bound_to_another_proposal_hash():
 )
 def test_assert_write_fence_refuses_an_execution_identity_for_another_job(change):
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     genuine = Identity(job.scope, "w", job.operation, job.idempotency_key)
     foreign = dataclasses.replace(genuine, **change)
@@ -326,7 +326,7 @@ def test_assert_write_fence_refuses_an_execution_identity_for_another_job(change
 
 def test_assert_write_fence_refuses_a_fence_for_another_database_alias():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     execution = bind_write_fence(execution_for(store, job), lease, job.proposal_hash, using="other")
 
@@ -340,7 +340,7 @@ def test_assert_write_fence_refuses_a_fence_for_another_database_alias():
 
 def test_assert_write_fence_is_a_no_op_for_an_execution_without_a_write_fence():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     store.complete(lease, {"done": True})  # not even a running job: there is no fence to check
     unfenced = execution_for(store, job)
@@ -355,7 +355,7 @@ def test_assert_write_fence_is_a_no_op_for_an_execution_without_a_write_fence():
 
 def test_assert_write_fence_outside_an_atomic_block_is_input_invalid():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     before = db_state()
 
@@ -367,7 +367,7 @@ def test_assert_write_fence_outside_an_atomic_block_is_input_invalid():
 
 def test_assert_write_fence_needs_an_execution():
     clock = live_clock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, _job = started(store)
 
     with transaction.atomic():
@@ -378,8 +378,8 @@ def test_assert_write_fence_needs_an_execution():
 
 def test_assert_write_fence_holds_the_job_row_until_the_domain_write_commits():
     clock = live_clock()
-    owner = DurableJobStore(actor="owner", lease=LEASE, clock=clock)
-    operator = DurableJobStore(actor="operator", lease=LEASE, clock=clock)
+    owner = DurableJobStore(actor="owner", lease_seconds=LEASE, clock=clock)
+    operator = DurableJobStore(actor="operator", lease_seconds=LEASE, clock=clock)
     lease, job = started(owner)
     meanwhile: dict[str, object] = {}
 
@@ -422,7 +422,7 @@ def test_assert_write_fence_compares_the_lease_with_the_clock_bound_to_the_fence
     # The fence carries the issuing store's clock: moving that clock past the lease refuses the
     # write although the wall clock never reached the expiry.
     clock = FakeClock()
-    store = DurableJobStore(actor="w", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="w", lease_seconds=LEASE, clock=clock)
     lease, job = started(store)
     identity = Identity(job.scope, "w", job.operation, job.idempotency_key)
     execution = bind_write_fence(

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def jobs(clock):
     """Five pending jobs over two operations in scope red, one in scope blue, one running."""
-    red = DurableJobStore(scope="red", actor="w", lease=30, clock=clock)
+    red = DurableJobStore(scope="red", actor="w", lease_seconds=30, clock=clock)
     made = []
     for n in range(5):
         clock.advance(1)

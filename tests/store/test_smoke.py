@@ -10,8 +10,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_round_trip():
     clock = FakeClock()
-    a = DurableJobStore(actor="a", lease=10, clock=clock)
-    b = DurableJobStore(actor="b", lease=10, clock=clock)
+    a = DurableJobStore(actor="a", lease_seconds=10, clock=clock)
+    b = DurableJobStore(actor="b", lease_seconds=10, clock=clock)
     job = a.defer("demo.op", submission({"x": 1}, key="k1"))
     assert job.ownership == "unclaimed"
     assert a.defer("demo.op", submission({"x": 1}, key="k1")).pk == job.pk

@@ -37,7 +37,7 @@ LEASE = 10.0
 
 @pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="submitter", lease=LEASE, clock=clock)
+    return DurableJobStore(actor="submitter", lease_seconds=LEASE, clock=clock)
 
 
 # -- constructing a store ----------------------------------------------------------------------
@@ -47,7 +47,7 @@ def test_constructing_a_store_runs_no_query_and_writes_nothing(store):
     store.defer(OP, submission(key="existing"))
     before = db_state()
     with CaptureQueriesContext(connection) as queries:
-        built = DurableJobStore(scope="tenant", actor="someone", lease=5, clock=FakeClock())
+        built = DurableJobStore(scope="tenant", actor="someone", lease_seconds=5, clock=FakeClock())
         DurableJobStore()
     assert len(queries) == 0
     assert db_state() == before
@@ -92,7 +92,7 @@ def test_insert_with_explicit_job_id_uses_it(store):
 
 def test_identical_resubmission_returns_none_and_claims_nothing(store, clock):
     store.insert(OP, submission=submission({"n": 1}, key="k1"))
-    other = DurableJobStore(actor="other", lease=LEASE, clock=clock)
+    other = DurableJobStore(actor="other", lease_seconds=LEASE, clock=clock)
     before = db_state()
     clock.advance(3)
     assert store.insert(OP, submission=submission({"n": 1}, key="k1")) is None
@@ -136,7 +136,7 @@ def test_same_key_in_another_operation_or_scope_is_a_separate_job(store, second)
 
 
 def test_scoped_store_refuses_to_insert_for_another_scope(clock):
-    scoped = DurableJobStore(scope="tenant-a", lease=LEASE, clock=clock)
+    scoped = DurableJobStore(scope="tenant-a", lease_seconds=LEASE, clock=clock)
     assert_refused(
         ScopeMismatch,
         "E_JOB_SCOPE_MISMATCH",

@@ -53,7 +53,7 @@ def _started(store: DurableJobStore, key: str) -> tuple[Job, Lease]:
 
 def build_world() -> World:
     clock = FakeClock()
-    store = DurableJobStore(actor="worker", lease=LEASE, clock=clock)
+    store = DurableJobStore(actor="worker", lease_seconds=LEASE, clock=clock)
     pending = store.defer(OP, submission({"key": "pending"}, key="pending"))
     running, lease = _started(store, "running")
     cancelling, cancelling_lease = _started(store, "cancelling")

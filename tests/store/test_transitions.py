@@ -34,12 +34,12 @@ LEASE = 10.0
 
 @pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-a", lease=LEASE, clock=clock)
+    return DurableJobStore(actor="worker-a", lease_seconds=LEASE, clock=clock)
 
 
 @pytest.fixture
 def rival(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-b", lease=LEASE, clock=clock)
+    return DurableJobStore(actor="worker-b", lease_seconds=LEASE, clock=clock)
 
 
 def row(job_id) -> Job:

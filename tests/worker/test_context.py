@@ -32,7 +32,7 @@ PAYLOAD = {"steps": 3, "items": [1, 2], "name": "ünï"}
 
 @pytest.fixture
 def store(clock):
-    return DurableJobStore(actor="worker-a", lease=10, clock=clock)
+    return DurableJobStore(actor="worker-a", lease_seconds=10, clock=clock)
 
 
 def context_for(store: DurableJobStore, job_id, **options) -> JobContext:
@@ -71,7 +71,7 @@ def test_context_exposes_the_job_its_lease_and_the_parsed_payload(store, job, ct
 def test_a_later_attempt_sees_the_parsed_checkpoint(clock, store, job, ctx):
     ctx.checkpoint({"done": 2, "seen": ["a", "b"]})
     clock.advance(11)
-    successor = DurableJobStore(actor="worker-b", lease=10, clock=clock)
+    successor = DurableJobStore(actor="worker-b", lease_seconds=10, clock=clock)
     later = context_for(successor, job.pk)
     assert later.attempt == 2 and later.lease.epoch == 2
     assert later.checkpoint_value == {"done": 2, "seen": ["a", "b"]}
@@ -172,7 +172,7 @@ def test_assert_write_fence_refuses_once_the_lease_expired(clock, ctx):
 
 def test_assert_write_fence_refuses_after_another_owner_reclaimed(clock, job, ctx):
     clock.advance(11)
-    DurableJobStore(actor="worker-b", lease=10, clock=clock).claim(job.pk)
+    DurableJobStore(actor="worker-b", lease_seconds=10, clock=clock).claim(job.pk)
     clock.advance(-11)  # even on the stale worker's own clock, the epoch moved on
     with pytest.raises(LeaseLost):
         write_fenced_row(ctx, "stale")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def burst(**options) -> Worker:
     options.setdefault("concurrency", 2)
-    worker = Worker(WorkerOptions(burst=True, poll=0.05, lease=5, **options))
+    worker = Worker(WorkerOptions(burst=True, poll=0.05, lease_seconds=5, **options))
     assert worker.run() == 0
     return worker
 
@@ -55,7 +55,7 @@ def test_failures_are_recorded_with_the_executor_message():
     ("options", "message"),
     [
         ({"concurrency": 0}, "--concurrency"),
-        ({"lease": 0}, "--lease"),
+        ({"lease_seconds": 0}, "--lease"),
         ({"poll": -1}, "--poll"),
         ({"max_jobs": 0}, "--max-jobs"),
         ({"grace": -1}, "--grace"),

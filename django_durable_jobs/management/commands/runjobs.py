@@ -30,7 +30,14 @@ class Command(BaseCommand):
         parser.add_argument("--processes", type=int, default=1, help="worker processes to run")
         parser.add_argument("--operation", action="append", dest="operations", default=None)
         parser.add_argument("--queue", action="append", dest="queues", default=None)
-        parser.add_argument("--lease", type=float, default=None, help="lease seconds")
+        parser.add_argument(
+            "--lease",
+            "--lease-seconds",
+            dest="lease_seconds",
+            type=float,
+            default=None,
+            help="how long each lease lasts, in seconds (default: DURABLE_JOBS['LEASE_SECONDS'])",
+        )
         parser.add_argument("--poll", type=float, default=1.0, help="poll interval seconds")
         parser.add_argument("--grace", type=float, default=30.0, help="shutdown grace seconds")
         parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
@@ -48,7 +55,7 @@ class Command(BaseCommand):
             prefetch=options["prefetch"],
             operations=options["operations"],
             queues=options["queues"],
-            lease=options["lease"] or jobs_settings.LEASE_SECONDS,
+            lease_seconds=options["lease_seconds"] or jobs_settings.LEASE_SECONDS,
             poll=options["poll"],
             burst=options["burst"],
             max_jobs=options["max_jobs"],
@@ -66,7 +73,7 @@ class Command(BaseCommand):
         if options["verbosity"] >= 1:
             self.stdout.write(
                 f"runjobs: {worker.store.actor} with {worker_options.concurrency} thread(s), "
-                f"lease {worker_options.lease:g}s. SIGTERM/Ctrl-C stops claiming; a second one "
+                f"lease {worker_options.lease_seconds:g}s. SIGTERM/Ctrl-C stops claiming; a second one "
                 f"requests cancellation."
             )
         worker.run()

@@ -37,8 +37,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         clock = DemoClock()
         submitter = DurableJobStore(actor="web@demo", clock=clock)
-        alice = DurableJobStore(actor="worker-alice", lease=LEASE, clock=clock)
-        bob = DurableJobStore(actor="worker-bob", lease=LEASE, clock=clock)
+        alice = DurableJobStore(actor="worker-alice", lease_seconds=LEASE, clock=clock)
+        bob = DurableJobStore(actor="worker-bob", lease_seconds=LEASE, clock=clock)
         key = f"nightly-{uuid.uuid4().hex[:8]}"
         submission = Submission.of(None, key, {"report": "sales", "rows": 1000})
 

@@ -1,4 +1,8 @@
-"""Read-only vocabulary for the job table: each claimable or expired set named once."""
+"""The job table's sets, named once: claimable, expired, retry requested, by ownership.
+
+Each set is the SQL form of a rule in :mod:`django_durable_jobs.vocabulary`; where both exist
+(the ownership assessment), tests prove they agree row for row on every database.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,10 @@ from django.db import models
 from django.db.models import Case, F, Q, Value, When
 
 from .expressions import IsJson, Utf8Sha256
+from .vocabulary import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus, Ownership
 
-TERMINAL = ("complete", "failed", "cancelled", "orphaned")
+TERMINAL = sorted(TERMINAL_STATUSES)
+RETRYABLE = list(RETRYABLE_STATUSES)
 
 
 class JobQuerySet(models.QuerySet):
@@ -26,7 +32,7 @@ class JobQuerySet(models.QuerySet):
         """
         return self.filter(
             Q(owner_id__isnull=True) | Q(owner_id=""),
-            status="pending",
+            status=JobStatus.PENDING,
             attempts=0,
             run_after__lte=now,
         )
@@ -34,14 +40,16 @@ class JobQuerySet(models.QuerySet):
     def lease_expired(self, now: datetime) -> JobQuerySet:
         """Return running rows owned by someone whose lease has run out."""
         return self.filter(
-            status="running",
+            status=JobStatus.RUNNING,
             owner_id__isnull=False,
             lease_expires_at__isnull=False,
             lease_expires_at__lte=now,
         )
 
     def lease_live(self, now: datetime) -> JobQuerySet:
-        return self.filter(status="running", owner_id__isnull=False, lease_expires_at__gt=now)
+        return self.filter(
+            status=JobStatus.RUNNING, owner_id__isnull=False, lease_expires_at__gt=now
+        )
 
     def retry_requested(self, now: datetime) -> JobQuerySet:
         """Return failed or cancelled rows somebody (or a retry policy) asked to run again, due.
@@ -51,7 +59,7 @@ class JobQuerySet(models.QuerySet):
         """
         return self.filter(
             retry_requested_at__isnull=False,
-            status__in=["failed", "cancelled"],
+            status__in=RETRYABLE,
             run_after__lte=now,
         )
 
@@ -90,7 +98,7 @@ class JobQuerySet(models.QuerySet):
         the claim order stays exact.
         """
         expired = Q(
-            status="running",
+            status=JobStatus.RUNNING,
             owner_id__isnull=False,
             lease_expires_at__isnull=False,
             lease_expires_at__lte=now,
@@ -98,7 +106,7 @@ class JobQuerySet(models.QuerySet):
         wanted = Q(retry_requested_at__isnull=False)
         if resume:
             wanted |= Q(operation__in=sorted(resume))
-        retry = Q(retry_requested_at__isnull=False, status__in=["failed", "cancelled"])
+        retry = Q(retry_requested_at__isnull=False, status__in=RETRYABLE)
         return self.filter((retry & Q(run_after__lte=now)) | (expired & wanted))
 
     def in_claim_order(self) -> JobQuerySet:
@@ -107,29 +115,29 @@ class JobQuerySet(models.QuerySet):
     def with_ownership(self, now: datetime) -> JobQuerySet:
         """Annotate ``ownership_sql``: the §2 assessment computed by the database.
 
-        It agrees with ``models.assess_ownership`` row for row (tests prove it on every database),
+        It agrees with ``vocabulary.assess_ownership`` row for row (tests prove it on every database),
         so admin filters and API queries can select by ownership without reading rows into Python.
         """
         no_owner_id = Q(owner_id__isnull=True) | Q(owner_id="")
         authentic = no_owner_id & Q(
-            status="pending",
+            status=JobStatus.PENDING,
             lease_expires_at__isnull=True,
             attempts=0,
             proposal__isnull=False,
             _proposal_is_json=True,
             proposal_hash=F("_proposal_sha256"),
         )
-        no_owner = no_owner_id | Q(lease_expires_at__isnull=True) | ~Q(status="running")
+        no_owner = no_owner_id | Q(lease_expires_at__isnull=True) | ~Q(status=JobStatus.RUNNING)
         return self.annotate(
             _proposal_is_json=IsJson("proposal"),
             _proposal_sha256=Utf8Sha256("proposal"),
         ).annotate(
             ownership_sql=Case(
-                When(status__in=TERMINAL, then=Value("terminal")),
-                When(authentic, then=Value("unclaimed")),
-                When(no_owner, then=Value("legacy-unknown")),
-                When(lease_expires_at__lte=now, then=Value("expired")),
-                default=Value("current"),
+                When(status__in=TERMINAL, then=Value(Ownership.TERMINAL)),
+                When(authentic, then=Value(Ownership.UNCLAIMED)),
+                When(no_owner, then=Value(Ownership.LEGACY_UNKNOWN)),
+                When(lease_expires_at__lte=now, then=Value(Ownership.EXPIRED)),
+                default=Value(Ownership.CURRENT),
                 output_field=models.CharField(),
             )
         )

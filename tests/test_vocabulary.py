@@ -1,4 +1,4 @@
-"""The ownership assessment of SPEC §2 and the proposal checks, as pure functions (no database).
+"""The vocabulary's pure rules (no database): ownership, proposals, claims, retries, requests.
 
 Proves each rule of the assessment in its documented order on unsaved ``Job`` instances (terminal,
 unclaimed, legacy-unknown, expired, current), with a Hypothesis property over arbitrary rows; that
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -21,11 +22,21 @@ from django_durable_jobs.values import Submission
 from django_durable_jobs.vocabulary import (
     OWNERSHIP_STATES,
     TERMINAL_STATUSES,
+    AttemptOutcomeChoice,
+    Ownership,
+    RequestAnswer,
+    WorkerState,
     assess_ownership,
+    cancel_answer,
+    claim_refusal,
     diagnose,
     is_authentic_pending,
+    is_takeable,
     proposal_defect,
     proposal_sha256,
+    retry_answer,
+    retry_refusal,
+    worker_state,
 )
 from tests.support import T0
 
@@ -347,3 +358,117 @@ def test_proposal_sha256_is_the_lowercase_hex_digest_of_the_utf8_bytes():
     )
     assert proposal_sha256("€") == hashlib.sha256(b"\xe2\x82\xac").hexdigest()
     assert proposal_sha256("€") != hashlib.sha256("€".encode("utf-16")).hexdigest()
+
+
+# -- the claim, retry and request rules ----------------------------------------------------------
+
+
+def test_only_unclaimed_and_expired_rows_can_be_claimed_by_id():
+    assert claim_refusal(pending(), Ownership.UNCLAIMED) is None
+    assert claim_refusal(running(lease_expires_at=EARLIER), Ownership.EXPIRED) is None
+    live = running()
+    assert "another owner holds a live lease" in claim_refusal(live, Ownership.CURRENT)
+    done = running(status=JobStatus.FAILED)
+    assert "it is failed; use retry" in claim_refusal(done, Ownership.TERMINAL)
+    broken = pending(proposal="{")
+    why = claim_refusal(broken, assess_ownership(broken, NOW))
+    assert (
+        why
+        == f"Job {broken.pk} cannot be claimed: its proposal is defective (the proposal is not valid JSON)."
+    )
+
+
+def test_only_intact_rows_are_taken_by_a_claim():
+    assert is_takeable(pending()) and is_takeable(running())
+    assert not is_takeable(pending(attempts=1))  # a pending row that ran before
+    assert not is_takeable(running(proposal_hash="0" * 64))
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+def test_failed_and_cancelled_rows_can_be_retried(status):
+    assert retry_refusal(running(status=status), NOW) is None
+    assert retry_answer(running(status=status), NOW) == RequestAnswer.REQUESTED
+
+
+def test_an_expired_lease_can_be_retried_and_a_live_one_has_not_ended():
+    expired = running(lease_expires_at=EARLIER)
+    assert retry_refusal(expired, NOW) is None
+    assert retry_answer(expired, NOW) == RequestAnswer.REQUESTED
+    assert retry_answer(running(), NOW) == RequestAnswer.NOT_ENDED
+    assert retry_answer(pending(), NOW) == RequestAnswer.NOT_ENDED
+    assert "has not ended" in retry_refusal(running(), NOW)
+
+
+def test_a_complete_legacy_or_defective_row_is_never_retried():
+    complete = running(status=JobStatus.COMPLETE)
+    assert "complete and is never reopened" in retry_refusal(complete, NOW)
+    orphaned = running(status=JobStatus.ORPHANED, owner_id=None)
+    assert "no trustworthy ownership" in retry_refusal(orphaned, NOW)
+    broken = running(status=JobStatus.FAILED, proposal=None)
+    assert (
+        retry_refusal(broken, NOW) == f"Job {broken.pk} cannot be retried: the proposal is missing."
+    )
+
+
+def test_a_second_retry_request_is_already_requested():
+    asked = running(status=JobStatus.FAILED, retry_requested_at=EARLIER)
+    assert retry_answer(asked, NOW) == RequestAnswer.ALREADY_REQUESTED
+    assert retry_answer(None, NOW) == RequestAnswer.NOT_FOUND
+
+
+def test_what_a_cancellation_request_does_depends_only_on_the_row():
+    assert cancel_answer(pending()) == RequestAnswer.CANCELLED_NOW
+    assert cancel_answer(running()) == RequestAnswer.REQUESTED
+    assert cancel_answer(running(cancellation_requested_at=EARLIER)) == (
+        RequestAnswer.ALREADY_REQUESTED
+    )
+    for status in TERMINAL_STATUSES:
+        assert cancel_answer(running(status=status)) == RequestAnswer.ALREADY_ENDED
+    assert cancel_answer(None) == RequestAnswer.NOT_FOUND
+
+
+def test_accepted_answers_are_exactly_the_requests_that_took():
+    accepted = {answer for answer in RequestAnswer if answer.accepted}
+    assert accepted == {
+        RequestAnswer.CANCELLED_NOW,
+        RequestAnswer.REQUESTED,
+        RequestAnswer.ALREADY_REQUESTED,
+    }
+
+
+def test_the_rules_read_plain_objects_without_a_model_or_a_database():
+    row = SimpleNamespace(
+        pk="plain",
+        status="running",
+        owner_id="owner-1",
+        lease_expires_at=EARLIER,
+        attempts=1,
+        proposal=PROPOSAL,
+        proposal_hash=proposal_sha256(PROPOSAL),
+        result=None,
+        cancellation_requested_at=None,
+        retry_requested_at=None,
+    )
+    assert assess_ownership(row, NOW) == Ownership.EXPIRED
+    assert retry_answer(row, NOW) == RequestAnswer.REQUESTED
+    assert cancel_answer(row) == RequestAnswer.REQUESTED
+    assert diagnose(row) is None
+
+
+def test_a_worker_is_alive_until_its_heartbeat_is_older_than_its_lease():
+    beat = T0
+    assert worker_state(None, beat, 30.0, beat + timedelta(seconds=30)) == WorkerState.ALIVE
+    assert worker_state(None, beat, 30.0, beat + timedelta(seconds=31)) == WorkerState.STALE
+    assert worker_state(beat, beat, 30.0, beat + timedelta(days=1)) == WorkerState.STOPPED
+
+
+def test_every_state_word_is_spelled_once_as_an_enum_value():
+    assert OWNERSHIP_STATES == tuple(Ownership)
+    assert set(JobStatus.values) >= {str(s) for s in TERMINAL_STATUSES}
+    assert set(AttemptOutcomeChoice.values) == {
+        "complete",
+        "failed",
+        "cancelled",
+        "interrupted",
+        "released",
+    }

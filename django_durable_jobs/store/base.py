@@ -19,7 +19,7 @@ from ..execution import Execution
 from ..models import Job, JobAttempt
 from ..transactions import bounded_atomic
 from ..values import Lease
-from ..vocabulary import JobStatus, assess_ownership
+from ..vocabulary import AttemptOutcomeChoice, JobStatus, assess_ownership
 from .fence import _lease_lost
 
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
@@ -207,7 +207,7 @@ class StoreBase:
         if row.status == JobStatus.RUNNING and not self._attempt_recorded(row):
             # An expired attempt, superseded: its outcome is uncertain. (A released attempt
             # already has its history row.)
-            self._record_attempt(row, now, "interrupted", INTERRUPTED_ERROR)
+            self._record_attempt(row, now, AttemptOutcomeChoice.INTERRUPTED, INTERRUPTED_ERROR)
         expires = now + timedelta(seconds=self.lease_seconds)
         changes: dict[str, Any] = {
             "status": JobStatus.RUNNING,

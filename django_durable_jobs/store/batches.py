@@ -180,7 +180,7 @@ class BatchMixin(StoreBase):
                     each["error"][row.pk] = row.error
                 ended.append((outcome.lease, row))
                 recorded.append(Recorded(outcome, row.status, error=row.error))
-            complete = {pk for pk, status in each["status"].items() if status == "complete"}
+            complete = {pk for pk, status in each["status"].items() if status == JobStatus.COMPLETE}
             each["progress"] = dict.fromkeys(complete, 100.0)
             matched = JobRows(self.using, self.scope).update_fenced(
                 [lease for lease, _ in ended],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
@@ -18,7 +19,8 @@ from .. import registry, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError, ScopeMismatch
 from ..models import Job, JobAttempt
-from ..store import DurableJobStore, Submission
+from ..store import DurableJobStore, RequestResult, Submission
+from ..vocabulary import RequestAnswer
 from . import auth, schemas
 from .errors import JobNotFound, error_body, error_response
 
@@ -27,6 +29,7 @@ LIMIT_MAX = 100
 
 E = schemas.ErrorOut
 READ_ERRORS = {401: E, 403: E, 404: E, 422: E}
+REQUEST_RESPONSES = {200: schemas.ActionOut, 409: E, **READ_ERRORS}
 
 router = Router(auth=auth.AUTH, tags=["jobs"])
 
@@ -149,43 +152,50 @@ def job_attempts(request: HttpRequest, job_id: uuid.UUID):
     return [schemas.attempt(row) for row in rows]
 
 
-def _request(request: HttpRequest, job_id: uuid.UUID, permission: str, ask, describe):
-    """Record a cancellation or retry request; report whether it took and the job after it."""
+# What each answer of the store says to an API caller; ``{status}`` is the job's after the request.
+CANCEL_SAYS = {
+    RequestAnswer.CANCELLED_NOW: "Cancelled.",
+    RequestAnswer.REQUESTED: "Cancellation requested.",
+    RequestAnswer.ALREADY_REQUESTED: "Cancellation requested.",
+    RequestAnswer.ALREADY_ENDED: "Nothing to cancel: the job is already {status}.",
+}
+RETRY_SAYS = {
+    RequestAnswer.REQUESTED: "Retry requested; a worker will start a new attempt.",
+    RequestAnswer.ALREADY_REQUESTED: "Retry requested; a worker will start a new attempt.",
+    RequestAnswer.NOT_ENDED: "Nothing to retry: the job has not ended (it is {status}).",
+}
+
+
+def _request(
+    request: HttpRequest,
+    job_id: uuid.UUID,
+    permission: str,
+    ask: Callable[[DurableJobStore, uuid.UUID], RequestResult],
+    says: dict[RequestAnswer, str],
+):
+    """Make a cancellation or retry request and answer with what the store says it did."""
     auth.require(request, permission)
-    store = _store(request)
-    _job(store, job_id)  # a missing or foreign job is a 404, not "nothing to do"
-    accepted = ask(store, job_id)
-    job = _job(store, job_id)
-    return {"accepted": accepted, "message": describe(accepted, job), "job": schemas.summary(job)}
-
-
-def _cancel_message(accepted: bool, job: Job) -> str:
-    if not accepted:
-        return f"Nothing to cancel: the job is already {job.status}."
-    return "Cancellation requested." if job.status != "cancelled" else "Cancelled."
-
-
-def _retry_message(accepted: bool, job: Job) -> str:
-    if not accepted:
-        return f"Nothing to retry: the job has not ended (it is {job.status})."
-    return "Retry requested; a worker will start a new attempt."
+    result = ask(_store(request), job_id)
+    if result.job is None:  # a missing or foreign job is a 404, not "nothing to do"
+        raise JobNotFound(f"There is no job {job_id}.")
+    return schemas.action(result, says[result.answer].format(status=result.job.status))
 
 
 @router.post(
     "/jobs/{job_id}/cancel",
-    response={200: schemas.ActionOut, 409: E, **READ_ERRORS},
+    response=REQUEST_RESPONSES,
     summary="Request cancellation (a pending job ends now; a running one is asked to stop)",
 )
 @refusals
 def cancel_job(request: HttpRequest, job_id: uuid.UUID):
-    return _request(request, job_id, "cancel", DurableJobStore.request_cancel, _cancel_message)
+    return _request(request, job_id, "cancel", DurableJobStore.request_cancel_result, CANCEL_SAYS)
 
 
 @router.post(
     "/jobs/{job_id}/retry",
-    response={200: schemas.ActionOut, 409: E, **READ_ERRORS},
+    response=REQUEST_RESPONSES,
     summary="Request a new attempt of a failed, cancelled or expired job",
 )
 @refusals
 def retry_job(request: HttpRequest, job_id: uuid.UUID):
-    return _request(request, job_id, "retry", DurableJobStore.request_retry, _retry_message)
+    return _request(request, job_id, "retry", DurableJobStore.request_retry_result, RETRY_SAYS)

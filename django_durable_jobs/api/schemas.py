@@ -1,4 +1,9 @@
-"""Request and response bodies of the REST API."""
+"""Request and response bodies of the REST API.
+
+The words a body may hold (statuses, ownership states, attempt outcomes) are the vocabulary's
+enums, spelled once in :mod:`django_durable_jobs.vocabulary`; the bodies' contents come from
+:mod:`django_durable_jobs.rows`, shared with ``manage.py jobs``.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,14 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import Field
 
+from .. import rows, vocabulary
 from ..models import Job, JobAttempt
-from ..vocabulary import OWNERSHIP_STATES, JobStatus
+from ..values import RequestResult
 
-Status = Literal["pending", "running", "complete", "failed", "cancelled", "orphaned"]
-Ownership = Literal["terminal", "unclaimed", "legacy-unknown", "expired", "current"]
-assert set(Status.__args__) == set(JobStatus.values)  # noqa: S101 - kept in step with the model
-assert set(Ownership.__args__) == set(OWNERSHIP_STATES)  # noqa: S101
+# Literal types of the enums' values: the OpenAPI document lists them inline ("enum": [...]).
+Status = Literal[tuple(vocabulary.JobStatus.values)]
+Ownership = Literal[tuple(vocabulary.Ownership.values)]
+Outcome = Literal[tuple(vocabulary.AttemptOutcomeChoice.values)]
 
 
 class ErrorOut(Schema):
@@ -97,7 +103,7 @@ class AttemptOut(Schema):
     claimed_by: str
     started_at: datetime | None
     ended_at: datetime
-    outcome: Literal["complete", "failed", "cancelled", "interrupted", "released"]
+    outcome: Outcome
     error: str | None
 
 
@@ -117,37 +123,26 @@ def _parsed(text: str | None) -> Any:
 
 
 def summary(job: Job) -> dict[str, Any]:
+    """Return the body of a job in lists: its state, lease and requests, no payloads."""
+    data = rows.job_data(job)
     return {
-        "id": job.pk,
-        "operation": job.operation,
-        "scope": job.scope,
-        "status": job.status,
-        "ownership": job.ownership,
-        "idempotency_key": job.idempotency_key,
-        "queue": job.queue,
-        "priority": job.priority,
-        "created_at": job.created_at,
-        "run_after": job.run_after,
-        "completed_at": job.completed_at,
-        "epoch": job.fencing_epoch,
-        "attempts": job.attempts,
-        "progress": job.progress,
+        **data,
         "lease": {
-            "owner_id": job.owner_id,
-            "claimed_by": job.claimed_by,
-            "claimed_at": job.claimed_at,
-            "heartbeat_at": job.heartbeat_at,
-            "expires_at": job.lease_expires_at,
+            "owner_id": data["owner_id"],
+            "claimed_by": data["claimed_by"],
+            "claimed_at": data["claimed_at"],
+            "heartbeat_at": data["heartbeat_at"],
+            "expires_at": data["lease_expires_at"],
         },
         "requests": {
-            "cancellation_requested_at": job.cancellation_requested_at,
-            "retry_requested_at": job.retry_requested_at,
+            "cancellation_requested_at": data["cancellation_requested_at"],
+            "retry_requested_at": data["retry_requested_at"],
         },
-        "error": job.error,
     }
 
 
 def detail(job: Job) -> dict[str, Any]:
+    """Return the body of one job: :func:`summary` with its payloads parsed and its diagnostic."""
     return {
         **summary(job),
         "proposal": _parsed(job.proposal),
@@ -159,12 +154,10 @@ def detail(job: Job) -> dict[str, Any]:
 
 
 def attempt(row: JobAttempt) -> dict[str, Any]:
-    return {
-        "epoch": row.epoch,
-        "owner_id": row.owner_id,
-        "claimed_by": row.claimed_by,
-        "started_at": row.started_at,
-        "ended_at": row.ended_at,
-        "outcome": row.outcome,
-        "error": row.error,
-    }
+    """Return the body of one ended attempt."""
+    return rows.attempt_data(row)
+
+
+def action(result: RequestResult, message: str) -> dict[str, Any]:
+    """Return the body answering a cancellation or retry request (the job as it left it)."""
+    return {"accepted": result.accepted, "message": message, "job": summary(result.job)}

@@ -1,8 +1,9 @@
 """``manage.py jobs``: triage from a shell — list, show, cancel, retry (and API tokens).
 
 Reads use the job queryset's vocabulary; every write goes through :class:`DurableJobStore`
-(unscoped, actor ``cli:<login>``). Every subcommand takes ``--json`` for scripts. A refused
-request, an unknown or malformed id exits 1 after reporting each id.
+(unscoped, actor ``cli:<login>``), whose typed answer (a ``RequestResult``) the report only words
+(``_jobs_format``). Every subcommand takes ``--json`` for scripts. A refused request, an unknown
+or malformed id exits 1 after reporting each id.
 """
 
 from __future__ import annotations
@@ -10,18 +11,19 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from ... import cli_format
+from ... import validation
 from ...conf import jobs_settings
 from ...errors import InputInvalid, NotReclaimable
 from ...models import Job, JobAttempt
-from ...store import DurableJobStore
-from ...validation import NAME_MAX
-from ...vocabulary import OWNERSHIP_STATES, JobStatus
+from ...store import DurableJobStore, RequestResult
+from ...vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
+from . import _jobs_format as fmt
 
 API_MISSING = "the REST API is not installed (django_durable_jobs.api.cli is missing)"
 
@@ -87,12 +89,14 @@ class Command(BaseCommand):
         for field in ("status", "operation", "scope", "queue"):
             if options[field]:
                 rows = rows.filter(**{field: options[field]})
-        jobs = rows.order_by("-created_at", "-id")[: options["limit"]]
-        data = [cli_format.list_row(job, job.ownership_sql, now) for job in jobs]
+        data = []
+        for job in rows.order_by("-created_at", "-id")[: options["limit"]]:
+            job.ownership = job.ownership_sql  # the database's assessment at ``now``
+            data.append(fmt.list_row(job, now))
         if options["json"]:
-            self.stdout.write(cli_format.dumps(data))
+            self.stdout.write(fmt.dumps(data))
         elif data:
-            self.stdout.write(cli_format.table(data, now))
+            self.stdout.write(fmt.table(data, now))
         else:
             self.stdout.write("No jobs match.")
 
@@ -100,21 +104,29 @@ class Command(BaseCommand):
         job = _get(store, options["job_id"])
         now = timezone.now()
         attempts = JobAttempt.objects.using(store.using).filter(job=job).order_by("-epoch", "-id")
-        data = cli_format.detail(job, attempts, now)
+        data = fmt.detail(job, attempts, now)
         if options["json"]:
-            self.stdout.write(cli_format.dumps(data))
+            self.stdout.write(fmt.dumps(data))
         else:
-            self.stdout.write(cli_format.detail_text(data, now))
+            self.stdout.write(fmt.detail_text(data, now))
 
     def do_cancel(self, store: DurableJobStore, options: dict[str, Any]) -> None:
-        self._report(options, [_cancel(store, raw) for raw in options["job_ids"]])
+        self._request(store, store.request_cancel_result, fmt.CANCEL_SAYS, options)
 
     def do_retry(self, store: DurableJobStore, options: dict[str, Any]) -> None:
-        self._report(options, [_retry(store, raw) for raw in options["job_ids"]])
+        self._request(store, store.request_retry_result, fmt.RETRY_SAYS, options)
 
-    def _report(self, options: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    def _request(
+        self,
+        store: DurableJobStore,
+        ask: Callable[[Any], RequestResult],
+        says: dict[RequestAnswer, str],
+        options: dict[str, Any],
+    ) -> None:
+        """Make the request of each id, report every answer, then exit 1 if any was refused."""
+        results = [_ask(store, ask, says, raw) for raw in options["job_ids"]]
         if options["json"]:
-            self.stdout.write(cli_format.dumps(results))
+            self.stdout.write(fmt.dumps(results))
         else:
             for result in results:
                 self.stdout.write(f"{result['id']}: {result['message']}")
@@ -129,58 +141,21 @@ class Command(BaseCommand):
 # -- per-id requests -----------------------------------------------------------------------------
 
 
-def _cancel(store: DurableJobStore, raw: str) -> dict[str, Any]:
-    job, error = _lookup(store, raw)
-    if error:
-        return error
-    before = job.cancellation_requested_at
-    if not store.request_cancel(job.pk):
-        job = store.get(job.pk) or job
-        message = f"already {job.status}; nothing to cancel (its result is kept)"
-        return _result(raw, False, "finished", job, message)
-    job = store.get(job.pk)
-    if job.status == JobStatus.CANCELLED:
-        message = "cancelled (it had not started)"
-    elif before is not None:
-        message = f"cancellation was already requested at {before.isoformat()}"
-    else:
-        message = "cancellation requested; its owner stops at the next check"
-    return _result(raw, True, "requested", job, message)
-
-
-def _retry(store: DurableJobStore, raw: str) -> dict[str, Any]:
-    job, error = _lookup(store, raw)
-    if error:
-        return error
+def _ask(
+    store: DurableJobStore,
+    ask: Callable[[Any], RequestResult],
+    says: dict[RequestAnswer, str],
+    raw: str,
+) -> dict[str, Any]:
+    """Return the report of the request of one id: the store's answer, or its refusal."""
     try:
-        accepted = store.request_retry(job.pk)
-    except NotReclaimable as exc:
-        return _result(raw, False, "refused", job, exc.message)
-    job = store.get(job.pk) or job
-    if not accepted:
-        message = f"{job.status} ({job.ownership}) has not ended; there is nothing to retry"
-        return _result(raw, False, "refused", job, message)
-    return _result(raw, True, "requested", job, "retry requested; a worker will claim it")
-
-
-def _lookup(store: DurableJobStore, raw: str) -> tuple[Job | None, dict[str, Any] | None]:
-    try:
-        job = store.get(raw)
+        job_id = validation.job_id(raw)
     except InputInvalid:
-        return None, _result(raw, False, "malformed", None, "not a job id (job ids are UUIDs)")
-    if job is None:
-        return None, _result(raw, False, "unknown", None, "no such job")
-    return job, None
-
-
-def _result(raw: str, ok: bool, outcome: str, job: Job | None, message: str) -> dict[str, Any]:
-    return {
-        "id": str(job.pk) if job is not None else raw,
-        "ok": ok,
-        "outcome": outcome,
-        "status": job.status if job is not None else None,
-        "message": message,
-    }
+        return fmt.malformed_report(raw)
+    try:
+        return fmt.request_report(raw, ask(job_id), says)
+    except NotReclaimable as exc:  # a refusal carries no result: read the row it left alone
+        return fmt.refusal_report(raw, store.get(job_id), exc.message)
 
 
 def _get(store: DurableJobStore, raw: str) -> Job:
@@ -198,7 +173,7 @@ def _actor() -> str:
         login = getpass.getuser()
     except (KeyError, OSError):
         login = os.environ.get("USER") or "unknown"
-    return f"cli:{login}"[:NAME_MAX]
+    return f"cli:{login}"[: validation.NAME_MAX]
 
 
 def _api_cli():

@@ -1,17 +1,14 @@
-"""Formatting and paging helpers of the admin: pure functions of a row, plus a cheap paginator."""
+"""How the admin shows a row's values: badges, a progress bar, stored JSON; pure functions."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
 
-from django.core.paginator import Paginator
-from django.db import connections
-from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from .validation import loads_strict
-from .vocabulary import Ownership, WorkerState
+from ..validation import loads_strict
+from ..vocabulary import Ownership, WorkerState, worker_state
 
 OWNERSHIP_COLOURS = {
     Ownership.CURRENT: "#1e7e34",
@@ -20,6 +17,7 @@ OWNERSHIP_COLOURS = {
     Ownership.LEGACY_UNKNOWN: "#8e44ad",
     Ownership.TERMINAL: "#6c757d",
 }
+# The owner of a running job has no ``WorkerProcess`` row (a script claimed it, say).
 WORKER_UNKNOWN = "unknown"
 WORKER_COLOURS = {
     WorkerState.ALIVE: "#1e7e34",
@@ -47,6 +45,18 @@ def worker_badge(state: str):
     return badge(state, WORKER_COLOURS.get(state, "#333"))
 
 
+def owner_worker_state(
+    heartbeat_at: datetime | None,
+    stopped_at: datetime | None,
+    lease_seconds: float | None,
+    now: datetime,
+) -> str:
+    """Return the state of a worker's row read as columns, or ``unknown`` when it has none."""
+    if heartbeat_at is None:
+        return WORKER_UNKNOWN
+    return worker_state(stopped_at, heartbeat_at, lease_seconds or 0, now)
+
+
 def progress_bar(percent: float | None):
     """Return an HTML bar for a 0-100 progress value (clamped for display only)."""
     value = 0.0 if percent is None else max(0.0, min(100.0, float(percent)))
@@ -59,22 +69,6 @@ def progress_bar(percent: float | None):
         f"{value:.0f}",
         f"{value:.0f}",
     )
-
-
-def worker_state(
-    heartbeat_at: datetime | None,
-    stopped_at: datetime | None,
-    lease_seconds: float | None,
-    now: datetime,
-) -> str:
-    """Return the ``WorkerProcess.state()`` of annotated columns, or ``unknown`` without a row."""
-    if heartbeat_at is None:
-        return WORKER_UNKNOWN
-    if stopped_at is not None:
-        return WorkerState.STOPPED
-    if (now - heartbeat_at).total_seconds() > (lease_seconds or 0):
-        return WorkerState.STALE
-    return WorkerState.ALIVE
 
 
 def pretty_json(text: str | None):
@@ -97,36 +91,3 @@ def stored_text(text: str | None):
     if text is None:
         return "-"
     return format_html('<pre class="durable-jobs-raw">{}</pre>', text)
-
-
-class EstimatedCountPaginator(Paginator):
-    """A paginator that does not ``COUNT(*)`` a whole big table on PostgreSQL.
-
-    For an unfiltered queryset on PostgreSQL it counts at most ``exact_below`` rows (a bounded
-    subquery); past that it uses the planner's estimate (``pg_class.reltuples``). A filtered
-    queryset, or any other database, gets the exact count.
-    """
-
-    exact_below = 10_000
-
-    @cached_property
-    def count(self) -> int:
-        qs = self.object_list
-        query = getattr(qs, "query", None)
-        if query is None or query.where or getattr(qs, "db", None) is None:
-            return super().count
-        connection = connections[qs.db]
-        if connection.vendor != "postgresql":
-            return super().count
-        table = qs.model._base_manager.using(qs.db).order_by().values("pk")
-        bounded = table[: self.exact_below + 1].count()
-        if bounded <= self.exact_below:
-            return bounded
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                [qs.model._meta.db_table],
-            )
-            row = cursor.fetchone()
-        estimate = int(row[0]) if row and row[0] is not None else -1
-        return max(estimate, bounded)

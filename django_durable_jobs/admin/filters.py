@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from . import registry
-from .models import Job
-from .vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership
+from .. import registry
+from ..models import Job
+from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership
 
 STATUSES_OF = {
     Ownership.TERMINAL: sorted(TERMINAL_STATUSES),
@@ -18,7 +18,7 @@ STATUSES_OF = {
 
 
 class OwnershipFilter(admin.SimpleListFilter):
-    """Filter by the §2 ownership assessment, computed by the database (``ownership_sql``).
+    """Filter by the ownership assessment, computed by the database (``ownership_sql``).
 
     Each state is only possible for some statuses; filtering on those too lets the database use
     a status-led index instead of evaluating the assessment (a SHA-256) on every row.

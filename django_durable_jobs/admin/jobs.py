@@ -1,62 +1,27 @@
-"""Read-only admin views of jobs, attempts and workers: rows are evidence, never edited here.
+"""The job list and job page: ownership, lease and worker state at a glance; payloads on demand.
 
-The two actions (*Request cancellation*, *Request retry*) call :class:`DurableJobStore`, the only
-writer, once per selected row and report per row what happened.
+Everything is read-only; the two actions (:mod:`.actions`) ask the store for requests.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from . import admin_helpers as fmt
-from .admin_filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
-from .errors import JobError, NotReclaimable
-from .humanize import relative
-from .models import Job, JobAttempt, WorkerProcess
-from .vocabulary import TERMINAL_STATUSES, JobStatus, assess_ownership
-
-LISTED_IDS = 10
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, change or delete for anybody (superusers included); viewing as Django decides."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-class JobAttemptInline(admin.TabularInline):
-    model = JobAttempt
-    fields = ("epoch", "outcome", "claimed_by", "owner_id", "started_at", "ended_at", "error")
-    readonly_fields = fields
-    ordering = ("-epoch", "-id")
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-LARGE_TEXT = ("proposal", "checkpoint", "result", "error")
+from ..humanize import relative
+from ..models import Job, WorkerProcess
+from ..vocabulary import TERMINAL_STATUSES, JobStatus, assess_ownership
+from . import format as fmt
+from .actions import RequestActions
+from .attempts import JobAttemptInline
+from .base import LARGE_TEXT, ReadOnlyAdmin
+from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
+from .paginator import EstimatedCountPaginator
 
 
 class JobChangeList(ChangeList):
@@ -84,18 +49,8 @@ def _worker_column(field: str) -> Subquery:
     return Subquery(rows)
 
 
-def _ids(jobs: Iterable[Job]) -> str:
-    jobs = list(jobs)
-    shown = ", ".join(str(job.pk) for job in jobs[:LISTED_IDS])
-    return shown + (f" and {len(jobs) - LISTED_IDS} more" if len(jobs) > LISTED_IDS else "")
-
-
-def _n(count: int, singular: str, plural: str) -> str:
-    return f"{count} {singular if count == 1 else plural}"
-
-
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(RequestActions, ReadOnlyAdmin):
     list_display = (
         "id",
         "status",
@@ -116,7 +71,7 @@ class JobAdmin(ReadOnlyAdmin):
     ordering = ("-created_at", "-id")
     list_per_page = 100
     show_full_result_count = False
-    paginator = fmt.EstimatedCountPaginator
+    paginator = EstimatedCountPaginator
     actions = ["request_cancellation", "request_retry"]
     inlines = [JobAttemptInline]
     fieldsets = (
@@ -239,17 +194,12 @@ class JobAdmin(ReadOnlyAdmin):
     def _owner_worker_state(self, obj: Job) -> str | None:
         if obj.status != JobStatus.RUNNING or not obj.owner_id:
             return None
-        if not hasattr(obj, "worker_heartbeat_at"):
-            row = WorkerProcess.objects.filter(owner_id=obj.owner_id).first()
-            if row is None:
-                return fmt.WORKER_UNKNOWN
-            return row.state(timezone.now())
-        return fmt.worker_state(
-            obj.worker_heartbeat_at,
-            obj.worker_stopped_at,
-            obj.worker_lease_seconds,
-            timezone.now(),
-        )
+        if hasattr(obj, "worker_heartbeat_at"):  # annotated by get_queryset
+            columns = (obj.worker_heartbeat_at, obj.worker_stopped_at, obj.worker_lease_seconds)
+        else:
+            rows = WorkerProcess.objects.filter(owner_id=obj.owner_id)
+            columns = rows.values_list("heartbeat_at", "stopped_at", "lease_seconds").first()
+        return fmt.owner_worker_state(*(columns or (None, None, None)), timezone.now())
 
     @admin.display(description="owner worker")
     def owner_worker(self, obj: Job):
@@ -311,132 +261,3 @@ class JobAdmin(ReadOnlyAdmin):
         obj = self.get_object(request, admin.utils.unquote(object_id))
         extra_context["durable_jobs_banners"] = self.banners(obj) if obj is not None else []
         return super().change_view(request, object_id, form_url, extra_context)
-
-    # -- actions ----------------------------------------------------------------------------------
-
-    def has_cancel_job_permission(self, request) -> bool:
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.cancel_job")
-
-    def has_retry_job_permission(self, request) -> bool:
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.retry_job")
-
-    def _store(self, request):
-        from .store import DurableJobStore
-
-        return DurableJobStore(actor=f"admin:{request.user.get_username()}"[:200])
-
-    @admin.action(description="Request cancellation", permissions=["cancel_job"])
-    def request_cancellation(self, request, queryset):
-        store = self._store(request)
-        recorded, at_once, finished, failed = [], [], [], []
-        for job in queryset.order_by("created_at", "id"):
-            try:
-                accepted = store.request_cancel(job.pk)
-            except JobError as exc:
-                failed.append((job, exc))
-                continue
-            if not accepted:
-                finished.append(job)
-            elif job.status == JobStatus.PENDING:
-                at_once.append(job)
-            else:
-                recorded.append(job)
-        total = len(recorded) + len(at_once)
-        parts = [_n(total, "cancellation request recorded", "cancellation requests recorded")]
-        if at_once:
-            parts.append(
-                _n(len(at_once), "pending job was", "pending jobs were")
-                + f" cancelled at once ({_ids(at_once)})"
-            )
-        if recorded:
-            parts.append(
-                _n(len(recorded), "running job", "running jobs")
-                + f" will stop when the owner sees the request ({_ids(recorded)})"
-            )
-        if finished:
-            parts.append(
-                _n(len(finished), "job was", "jobs were")
-                + f" already finished and kept their results ({_ids(finished)})"
-            )
-        level = messages.SUCCESS if total else messages.WARNING
-        self.message_user(request, "; ".join(parts) + ".", level)
-        for job, exc in failed:
-            self.message_user(request, f"Job {job.pk}: {exc}", messages.ERROR)
-
-    @admin.action(description="Request retry", permissions=["retry_job"])
-    def request_retry(self, request, queryset):
-        store = self._store(request)
-        recorded, not_ended, refused, failed = [], [], [], []
-        for job in queryset.order_by("created_at", "id"):
-            try:
-                accepted = store.request_retry(job.pk)
-            except NotReclaimable as exc:
-                refused.append((job, exc))
-                continue
-            except JobError as exc:
-                failed.append((job, exc))
-                continue
-            (recorded if accepted else not_ended).append(job)
-        parts = [_n(len(recorded), "retry request recorded", "retry requests recorded")]
-        if recorded:
-            parts[0] += f" ({_ids(recorded)})"
-        if not_ended:
-            parts.append(
-                _n(len(not_ended), "job has", "jobs have")
-                + f" not ended yet and need no retry ({_ids(not_ended)})"
-            )
-        if refused:
-            parts.append(_n(len(refused), "retry was refused", "retries were refused"))
-        level = messages.SUCCESS if recorded else messages.WARNING
-        self.message_user(request, "; ".join(parts) + ".", level)
-        for job, exc in refused:
-            self.message_user(
-                request, f"Retry refused for job {job.pk}: {exc.message}", level=messages.WARNING
-            )
-        for job, exc in failed:
-            self.message_user(request, f"Job {job.pk}: {exc}", messages.ERROR)
-
-
-@admin.register(JobAttempt)
-class JobAttemptAdmin(ReadOnlyAdmin):
-    list_display = ("job", "operation", "epoch", "outcome", "claimed_by", "started_at", "ended_at")
-    list_filter = ("outcome", "job__operation")
-    list_select_related = ("job",)
-    ordering = ("-ended_at", "-id")
-    show_full_result_count = False
-    paginator = fmt.EstimatedCountPaginator
-
-    def get_queryset(self, request):
-        large = ("snapshot", "error", *(f"job__{name}" for name in LARGE_TEXT))
-        return super().get_queryset(request).defer(*large)
-
-    @admin.display(description="operation", ordering="job__operation")
-    def operation(self, obj: JobAttempt) -> str:
-        return obj.job.operation
-
-
-@admin.register(WorkerProcess)
-class WorkerProcessAdmin(ReadOnlyAdmin):
-    list_display = (
-        "actor",
-        "host",
-        "pid",
-        "state_badge",
-        "leases_held",
-        "concurrency",
-        "heartbeat_age",
-        "started_at",
-        "stopped_at",
-        "owner_id",
-    )
-    search_fields = ("actor", "host", "owner_id")
-
-    @admin.display(description="state")
-    def state_badge(self, obj: WorkerProcess):
-        return fmt.worker_badge(obj.state(timezone.now()))
-
-    @admin.display(description="heartbeat", ordering="heartbeat_at")
-    def heartbeat_age(self, obj: WorkerProcess) -> str:
-        return relative(obj.heartbeat_at, timezone.now())

@@ -1,0 +1,220 @@
+"""What ``manage.py jobs`` prints: list rows and tables, a job in detail, the report of requests.
+
+Pure functions over rows and answers already read; nothing here queries or writes the database.
+The rows' contents come from :mod:`django_durable_jobs.rows` (shared with the REST API); this
+module writes their times as ISO 8601 text and words each
+:class:`~django_durable_jobs.vocabulary.RequestAnswer` for a shell. Django ignores command modules
+whose name starts with ``_``, so this one is no command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from ... import rows
+from ...humanize import relative as age
+from ...models import Job, JobAttempt
+from ...values import RequestResult
+from ...vocabulary import RequestAnswer
+
+LIST_COLUMNS = (
+    ("id", "ID"),
+    ("operation", "OPERATION"),
+    ("status", "STATUS"),
+    ("ownership", "OWNERSHIP"),
+    ("attempts", "ATTEMPTS"),
+    ("epoch", "EPOCH"),
+    ("progress", "PROGRESS"),
+    ("claimed_by", "CLAIMED BY"),
+    ("heartbeat", "HEARTBEAT"),
+)
+LIST_FIELDS = (
+    "id",
+    "operation",
+    "status",
+    "ownership",
+    "attempts",
+    "epoch",
+    "progress",
+    "claimed_by",
+    "scope",
+    "queue",
+    "created_at",
+    "heartbeat_at",
+    "heartbeat_age_seconds",
+    "lease_expires_at",
+    "cancellation_requested_at",
+    "retry_requested_at",
+)
+
+# What ``jobs cancel`` and ``jobs retry`` say of each answer of the store. ``{status}`` and
+# ``{ownership}`` are the job's after the request; ``{requested_at}`` is when it was first asked.
+CANCEL_SAYS = {
+    RequestAnswer.CANCELLED_NOW: "cancelled (it had not started)",
+    RequestAnswer.REQUESTED: "cancellation requested; its owner stops at the next check",
+    RequestAnswer.ALREADY_REQUESTED: "cancellation was already requested at {requested_at}",
+    RequestAnswer.ALREADY_ENDED: "already {status}; nothing to cancel (its result is kept)",
+    RequestAnswer.NOT_FOUND: "no such job",
+}
+RETRY_SAYS = {
+    RequestAnswer.REQUESTED: "retry requested; a worker will claim it",
+    RequestAnswer.ALREADY_REQUESTED: "retry requested; a worker will claim it",
+    RequestAnswer.NOT_ENDED: "{status} ({ownership}) has not ended; there is nothing to retry",
+    RequestAnswer.NOT_FOUND: "no such job",
+}
+# The report's ``outcome`` of each answer; a refusal of the store and an id that is no UUID
+# have their own.
+OUTCOMES = {
+    RequestAnswer.CANCELLED_NOW: "requested",
+    RequestAnswer.REQUESTED: "requested",
+    RequestAnswer.ALREADY_REQUESTED: "requested",
+    RequestAnswer.ALREADY_ENDED: "finished",
+    RequestAnswer.NOT_ENDED: "refused",
+    RequestAnswer.NOT_FOUND: "unknown",
+}
+REFUSED = "refused"
+MALFORMED = "malformed"
+
+
+# -- list ------------------------------------------------------------------------------------------
+
+
+def list_row(job: Job, now: datetime) -> dict[str, Any]:
+    """Return the JSON-ready summary of one job for ``jobs list`` (with ``job.ownership`` set)."""
+    data = rows.job_data(job)
+    data["heartbeat_age_seconds"] = _seconds_since(job.heartbeat_at, now)
+    return _plain({key: data[key] for key in LIST_FIELDS})
+
+
+def table(data: Sequence[dict[str, Any]], now: datetime) -> str:
+    """Return ``data`` (from :func:`list_row`) as an aligned text table."""
+    cells = [[title for _, title in LIST_COLUMNS]]
+    for row in data:
+        cells.append([_cell(row, key, now) for key, _ in LIST_COLUMNS])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(LIST_COLUMNS))]
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
+def _cell(row: dict[str, Any], key: str, now: datetime) -> str:
+    if key == "progress":
+        return f"{row['progress']:.0f}%"
+    if key == "heartbeat":
+        seconds = row["heartbeat_age_seconds"]
+        return "-" if seconds is None else age(datetime.fromisoformat(row["heartbeat_at"]), now)
+    value = row[key]
+    return "-" if value in (None, "") else str(value)
+
+
+# -- show ------------------------------------------------------------------------------------------
+
+
+def detail(job: Job, attempts: Iterable[JobAttempt], now: datetime) -> dict[str, Any]:
+    """Return every column of ``job`` (stored text kept exact), its assessment and attempts."""
+    data = json.loads(json.dumps(rows.job_columns(job), cls=DjangoJSONEncoder))
+    data["ownership"] = job.ownership
+    data["diagnostic_error"] = job.diagnostic_error
+    data["heartbeat_age_seconds"] = _seconds_since(job.heartbeat_at, now)
+    data["attempt_history"] = [_plain(rows.attempt_data(attempt)) for attempt in attempts]
+    return data
+
+
+def detail_text(data: dict[str, Any], now: datetime) -> str:
+    """Return :func:`detail` as text for people: fields, pretty JSON blocks, attempts."""
+    blocks = ("proposal", "checkpoint", "result", "error", "attempt_history")
+    width = max(len(k) for k in data)
+    lines = [
+        f"{key.ljust(width)}  {_scalar(value)}" for key, value in data.items() if key not in blocks
+    ]
+    for key in ("proposal", "checkpoint", "result"):
+        lines += ["", f"{key}:", _indent(pretty_json(data[key]))]
+    if data["error"] is not None:
+        lines += ["", "error:", _indent(data["error"])]
+    lines += ["", f"attempts ({len(data['attempt_history'])}, newest first):"]
+    for a in data["attempt_history"]:
+        ended = age(datetime.fromisoformat(a["ended_at"]), now)
+        lines.append(
+            f"  epoch {a['epoch']}  {a['outcome']}  by {a['claimed_by'] or '-'}  ended {ended}"
+        )
+        if a["error"]:
+            lines.append(_indent(a["error"], "      "))
+    return "\n".join(lines)
+
+
+def pretty_json(text: str | None) -> str:
+    """Return stored JSON text indented, or the exact text when it does not parse."""
+    if text is None:
+        return "(none)"
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        return f"(not valid JSON; stored text follows)\n{text}"
+
+
+# -- cancel and retry ------------------------------------------------------------------------------
+
+
+def request_report(
+    raw: str, result: RequestResult, says: dict[RequestAnswer, str]
+) -> dict[str, Any]:
+    """Return the report of one request: what the store answered, worded by ``says``."""
+    job = result.job
+    words = {} if job is None else {"status": job.status, "ownership": job.ownership}
+    message = says[result.answer].format(requested_at=_iso(result.requested_at), **words)
+    return _report(raw, job, OUTCOMES[result.answer], result.accepted, message)
+
+
+def refusal_report(raw: str, job: Job | None, message: str) -> dict[str, Any]:
+    """Return the report of a request the store refused, with its reason."""
+    return _report(raw, job, REFUSED, False, message)
+
+
+def malformed_report(raw: str) -> dict[str, Any]:
+    """Return the report of an argument that is not a job id."""
+    return _report(raw, None, MALFORMED, False, "not a job id (job ids are UUIDs)")
+
+
+def _report(raw: str, job: Job | None, outcome: str, ok: bool, message: str) -> dict[str, Any]:
+    return {
+        "id": str(job.pk) if job is not None else raw,
+        "ok": ok,
+        "outcome": outcome,
+        "status": job.status if job is not None else None,
+        "message": message,
+    }
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """Return ``data`` with ids as text and times as ISO 8601 text."""
+    return {key: str(v) if isinstance(v, UUID) else _iso(v) for key, v in data.items()}
+
+
+def _scalar(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in str(text).splitlines() or [""])
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _seconds_since(moment: datetime | None, now: datetime) -> float | None:
+    return None if moment is None else round((now - moment).total_seconds(), 3)

@@ -2,10 +2,12 @@
 
 Each job still lives in the job table under a lease held by the manager's own store client, so a
 crashed process leaves evidence and a lease that expires, never a silently lost job. The manager
-runs executors in threads, renews their leases from one heartbeat thread every lease/3 seconds and
-passes cancellation requests and lost leases to them through ``ctx.cancelled``. Outcomes follow the
-worker's rules (:mod:`django_durable_jobs.worker.executor`): return → ``complete``, ``JobCancelled``
-after a request → ``cancelled``, any other exception → ``failed``, a lost lease → nothing written.
+runs on the worker's machinery: its claims are held in ``Holdings`` and renewed, all in one
+statement, by a ``Heartbeat`` every lease_seconds/3 while any executor runs, which passes
+cancellation requests and lost leases to the executors through ``ctx.cancelled``. Each attempt
+follows the worker's rules (:mod:`django_durable_jobs.worker.attempt`): return → ``complete``,
+``JobCancelled`` after a request → ``cancelled``, any other exception → ``failed``, a lost lease
+→ nothing written.
 """
 
 from __future__ import annotations
@@ -15,37 +17,26 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError
 
-from . import registry, validation
+from . import validation
 from .errors import CapacityReached, InputInvalid, LeaseLost
 from .models import Job
 from .store import DurableJobStore, Lease, Submission
+from .values import Claimed
+from .worker.attempt import Executor, context_of, run_and_record
 from .worker.connections import close_thread_connections, reset_broken_connections
-from .worker.context import JobContext
-from .worker.executor import ExecutionReport, run_and_record
-from .worker.heartbeat import renew_lease
+from .worker.heartbeat import Heartbeat
+from .worker.held import Held, HeldState
+from .worker.holdings import Holdings
+from .worker.reports import AttemptReport
 
 logger = logging.getLogger("django_durable_jobs.manager")
 
-Executor = Callable[[JobContext], Any]
-
 __all__ = ["JobManager"]
-
-
-@dataclass
-class _Running:
-    """One executor of this manager: its context, its thread, and the lease it renews."""
-
-    ctx: JobContext
-    expires_at: datetime
-    thread: threading.Thread | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    report: ExecutionReport | None = None
 
 
 class JobManager:
@@ -81,16 +72,19 @@ class JobManager:
             clock=clock,
         )
         self.max_jobs = max_jobs
-        self._lock = threading.Lock()
-        self._running: dict[Any, _Running] = {}
-        self._finished: dict[Any, _Running] = {}
+        # The holdings' lock also guards _finished, _reserved, _destroyed and the heartbeat.
+        self.holdings = Holdings(self.store)
+        self._finished: dict[Any, Held] = {}  # the last attempt of each job that ended here
         self._reserved = 0  # slots taken by calls between the capacity check and the thread start
-        self._heartbeat: threading.Thread | None = None
-        self._idle = threading.Event()  # set when an executor ends: the heartbeat may exit
+        self._heartbeat = Heartbeat(
+            self.store.lease_seconds / 3,
+            self.heartbeat_once,
+            name="durable-jobs-manager-heartbeat",
+        )
         self._destroyed = False
 
     def __repr__(self) -> str:
-        return f"<JobManager {self.store.actor} running={len(self._running)}/{self.max_jobs}>"
+        return f"<JobManager {self.store.actor} running={len(self.holdings)}/{self.max_jobs}>"
 
     # -- starting work ---------------------------------------------------------------------------
 
@@ -157,9 +151,9 @@ class JobManager:
         """
         requested = self.store.request_cancel(job_id)
         if requested:
-            entry = self._running.get(validation.job_id(job_id))
+            entry = self.holdings.find(validation.job_id(job_id))
             if entry is not None:
-                entry.ctx.cancel_event.set()
+                entry.cancel.set()
         return requested
 
     def update_progress(self, job_id: Any, percent: float) -> bool:
@@ -167,21 +161,20 @@ class JobManager:
 
         A lost lease also returns False (and tells the executor to stop).
         """
-        entry = self._running.get(validation.job_id(job_id))
-        if entry is None:
+        entry = self.holdings.find(validation.job_id(job_id))
+        if entry is None or entry.ctx is None:
             validation.percent(percent)
             return False
         try:
             entry.ctx.progress(percent)
         except LeaseLost:
-            entry.ctx.lease_lost = True
-            entry.ctx.cancel_event.set()
+            entry.lose()
             return False
         return True
 
     def cleanup(self) -> int:
         """Forget finished executors; return 0: no job row is ever deleted (rows are evidence)."""
-        with self._lock:
+        with self.holdings.lock:
             self._finished.clear()
         return 0
 
@@ -192,16 +185,16 @@ class JobManager:
         executor that stops with ``JobCancelled`` ends ``cancelled``; one that returns anyway ends
         ``complete``. Use :meth:`wait` to wait for them.
         """
-        with self._lock:
+        with self.holdings.lock:
             self._destroyed = True
-            entries = list(self._running.values())
+            entries = list(self.holdings.held.values())
         for entry in entries:
             try:
-                self.store.request_cancel(entry.ctx.job_id)
+                self.store.request_cancel(entry.lease.job_id)
             except DatabaseError:
-                logger.warning("could not record cancellation of %s", entry.ctx.job_id)
+                logger.warning("could not record cancellation of %s", entry.lease.job_id)
                 reset_broken_connections()
-            entry.ctx.cancel_event.set()
+            entry.cancel.set()
 
     def wait(self, job_id: Any, timeout: float | None = None) -> Job | None:
         """Wait until this manager's executor of ``job_id`` ended; return the job as stored.
@@ -210,12 +203,12 @@ class JobManager:
         executor is still running after ``timeout`` seconds.
         """
         pk = validation.job_id(job_id)
-        entry = self._running.get(pk) or self._finished.get(pk)
+        entry = self.holdings.find(pk) or self._finished.get(pk)
         if entry is not None and not entry.done.wait(timeout):
             raise TimeoutError(f"Job {pk} is still running after {timeout} s.")
         return self.store.get(pk)
 
-    def report(self, job_id: Any) -> ExecutionReport | None:
+    def report(self, job_id: Any) -> AttemptReport | None:
         """Return how this manager's executor of ``job_id`` ended, or None (not ended, not ours)."""
         entry = self._finished.get(validation.job_id(job_id))
         return None if entry is None else entry.report
@@ -223,7 +216,7 @@ class JobManager:
     @property
     def running(self) -> list[Any]:
         """Return the ids of the jobs whose executors this manager is running."""
-        return list(self._running)
+        return list(dict.fromkeys(entry.lease.job_id for entry in self.holdings.entries()))
 
     # -- executors -------------------------------------------------------------------------------
 
@@ -238,16 +231,16 @@ class JobManager:
         )
 
     def _reserve(self) -> bool:
-        with self._lock:
+        with self.holdings.lock:
             if self._destroyed:
                 raise InputInvalid("This JobManager was destroyed; create a new one.")
-            if len(self._running) + self._reserved >= self.max_jobs:
+            if len(self.holdings) + self._reserved >= self.max_jobs:
                 return False
             self._reserved += 1
             return True
 
     def _release(self) -> None:
-        with self._lock:
+        with self.holdings.lock:
             self._reserved -= 1
 
     def _identical(self, operation: str, submission: Submission | None) -> Job | None:
@@ -256,79 +249,43 @@ class JobManager:
         return self.store.find_submission(operation, submission)
 
     def _launch(self, lease: Lease, executor: Executor) -> None:
-        """Build the context and start the executor's thread (the reserved slot becomes it)."""
+        """Hold the claim and start the executor's thread (the reserved slot becomes it)."""
         job = Job.objects.using(self.store.using).get(pk=lease.job_id)
-        spec = registry.get(job.operation)
-        ctx = JobContext(self.store, lease, job, timeout=spec.timeout if spec else None)
-        entry = _Running(ctx=ctx, expires_at=lease.expires_at)
-        entry.thread = threading.Thread(
-            target=self._execute,
+        entry = Held(Claimed(lease, job), HeldState.RUNNING)
+        entry.ctx = context_of(self.store, entry.claim, entry.cancel)
+        thread = threading.Thread(
+            target=self._run_attempt,
             args=(entry, executor),
             name=f"durable-job-{lease.job_id}",
             daemon=True,
         )
-        with self._lock:
-            self._running[lease.job_id] = entry
+        with self.holdings.lock:
+            self.holdings.add(entry)
             if self._destroyed:  # destroy() ran since the reservation: stop as soon as it starts
-                entry.ctx.cancel_event.set()
-            if self._heartbeat is None:
-                self._heartbeat = threading.Thread(
-                    target=self._heartbeat_loop, name="durable-jobs-manager-heartbeat", daemon=True
-                )
-                self._heartbeat.start()
-        entry.thread.start()
+                entry.cancel.set()
+            self._heartbeat.start()
+        thread.start()
 
-    def _execute(self, entry: _Running, executor: Executor) -> None:
-        ctx = entry.ctx
+    def _run_attempt(self, entry: Held, executor: Executor) -> None:
+        report = None
         try:
-            entry.report = run_and_record(
+            report = run_and_record(
                 self.store,
-                ctx,
+                entry.ctx,
                 executor,
+                entry.claim,
                 retry_until=lambda: self.store.clock() < entry.expires_at,
             )
         except Exception:  # noqa: BLE001 - the lease will expire; the row stays as evidence
-            logger.exception("job %s: the outcome could not be recorded", ctx.job_id)
+            logger.exception("job %s: the outcome could not be recorded", entry.lease.job_id)
         finally:
             close_thread_connections()
-            with self._lock:
-                self._running.pop(ctx.job_id, None)
-                self._finished[ctx.job_id] = entry
-                if not self._running:
-                    self._idle.set()
-            entry.done.set()
-
-    # -- the heartbeat ---------------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        """Renew every lease each lease/3 s while executors run; exit as soon as none is left."""
-        try:
-            while True:
-                self._idle.wait(self.store.lease_seconds / 3)
-                with self._lock:
-                    self._idle.clear()
-                    if not self._running:
-                        self._heartbeat = None
-                        return
-                self.heartbeat_once()
-        finally:
-            close_thread_connections()
+            with self.holdings.lock:
+                self._finished[entry.lease.job_id] = entry
+                self.holdings.finish(entry, report)
+                if not self.holdings:  # the heartbeat starts again with the next executor
+                    self._heartbeat.stop()
 
     def heartbeat_once(self) -> None:
         """Renew this manager's leases once; pass cancellation requests and lost leases to ctx."""
-        with self._lock:
-            entries = list(self._running.values())
-        for entry in entries:
-            ctx = entry.ctx
-            try:
-                row = renew_lease(
-                    self.store, ctx.lease, ctx.cancel_event, finished=entry.done.is_set
-                )
-            except DatabaseError:
-                logger.warning("heartbeat failed: database unavailable", exc_info=True)
-                reset_broken_connections()
-                return
-            if row is None:
-                ctx.lease_lost = not entry.done.is_set()
-            else:
-                entry.expires_at = row.lease_expires_at
+        self.holdings.renew()

@@ -14,14 +14,15 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from ..errors import JobError
 from ..values import Outcome, Recorded
 from .connections import close_thread_connections, persist
-from .executor import LEASE_LOST, ExecutionReport
+from .held import Held
+from .reports import AttemptReport, report_recorded
 
 if TYPE_CHECKING:
     from ..store import DurableJobStore
@@ -33,12 +34,10 @@ FLUSH_MAX = 500  # outcomes per transaction at most
 
 @dataclass(frozen=True)
 class Finished:
-    """An attempt whose executor returned; ``outcome`` is what to record for it."""
+    """An attempt whose executor ended; ``outcome`` is what to record for it."""
 
-    held: Any  # the worker's entry for the claim
+    held: Held
     outcome: Outcome
-    operation: str
-    attempt: int
     duration: float
 
 
@@ -49,7 +48,7 @@ class Completer(threading.Thread):
         self,
         store: DurableJobStore,
         *,
-        on_recorded: Callable[[Any, ExecutionReport], None],
+        on_recorded: Callable[[Held, AttemptReport], None],
         retry_until: Callable[[], bool],
     ) -> None:
         super().__init__(name="durable-jobs-completer", daemon=True)
@@ -58,7 +57,8 @@ class Completer(threading.Thread):
         self.retry_until = retry_until
         self.inbox: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
 
-    def submit(self, finished: Finished) -> None:
+    def put(self, finished: Finished) -> None:
+        """Hand ``finished`` over for the next flush; return at once."""
         self.inbox.put(finished)
 
     def stop(self) -> None:
@@ -95,23 +95,4 @@ class Completer(threading.Thread):
             logger.error("%d outcome(s) could not be recorded: %s", len(batch), exc)
             recorded = [Recorded(item.outcome, None, exc) for item in batch]
         for item, result in zip(batch, recorded, strict=True):
-            self.on_recorded(item.held, _report(item, result))
-
-
-def _report(item: Finished, result: Recorded) -> ExecutionReport:
-    outcome = item.outcome
-    if result.status is not None:
-        status, error = result.status, result.error
-    elif isinstance(result.refusal, JobError) and result.refusal.code == "E_JOB_LEASE_LOST":
-        status, error = LEASE_LOST, result.refusal.message
-    else:
-        status, error = "unrecorded", str(result.refusal)
-    return ExecutionReport(
-        outcome.lease.job_id,
-        item.operation,
-        item.attempt,
-        outcome.lease.epoch,
-        status,
-        item.duration,
-        error,
-    )
+            self.on_recorded(item.held, report_recorded(item.held.claim, result, item.duration))

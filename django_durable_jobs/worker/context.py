@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputInvalid, JobCancelled, LeaseLost
 from ..execution import Execution, Identity, bind_write_fence
 from ..values import canonical_json
+from ..vocabulary import JobStatus
 from .connections import persist
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class JobContext:
 
 def _completed_by(job: Job, lease: Lease) -> bool:
     return (job.status, job.owner_id, job.fencing_epoch) == (
-        "complete",
+        JobStatus.COMPLETE,
         lease.owner_id,
         lease.epoch,
     )

@@ -1,34 +1,61 @@
-"""What a worker holds: each claim, from the prefetch buffer until its outcome committed."""
+"""A held claim: one lease this process keeps alive, from its claim until its outcome committed."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from ..values import Claimed, Lease
 
-# What a held claim is doing: waiting in the prefetch buffer, running in a job thread, or
-# finished and waiting for the completer's flush; done once its outcome committed.
-BUFFERED = "buffered"
-RUNNING = "running"
-FINISHING = "finishing"
-DONE = "done"
-RELEASED = "released"
+if TYPE_CHECKING:
+    from .context import JobContext
+    from .reports import AttemptReport
+
+
+class HeldState(StrEnum):
+    """What a held claim is doing; only this process sees it (the job row says ``running``)."""
+
+    BUFFERED = "buffered"  # waiting in the worker's prefetch buffer: none of its code ran
+    RUNNING = "running"  # its executor runs in a thread
+    FINISHING = "finishing"  # its executor ended; its outcome waits for the completer's flush
+    DONE = "done"  # its outcome committed (or could not be written): no longer held
 
 
 @dataclass(eq=False)
 class Held:
-    """A claim this worker holds: buffered, running, or finished and waiting for its flush."""
+    """A claim this process holds, and what its executor should know of it.
+
+    ``cancel`` is the executor's ``ctx.cancelled``: set by a cancellation request or a lost
+    lease. ``expires_at`` follows the lease as heartbeats renew it. ``done`` is set, and
+    ``report`` filled in, once the attempt ended.
+    """
 
     claim: Claimed
+    state: HeldState = HeldState.BUFFERED
     cancel: threading.Event = field(default_factory=threading.Event)
-    cancel_recorded: bool = False  # this worker recorded a cancellation request (2nd signal)
-    state: str = BUFFERED
+    cancel_recorded: bool = False  # this process recorded a cancellation request (2nd signal)
+    ctx: JobContext | None = None  # once its attempt started
+    expires_at: datetime = field(init=False)
+    report: AttemptReport | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.expires_at = self.claim.lease.expires_at
 
     @property
     def lease(self) -> Lease:
         return self.claim.lease
 
+    def lose(self) -> None:
+        """Tell the executor its lease is lost: ``ctx.cancelled`` and ``ctx.lease_lost``."""
+        self.cancel.set()
+        if self.ctx is not None and self.state != HeldState.DONE:
+            self.ctx.lease_lost = True
+
 
 def key(lease: Lease) -> tuple:
+    """Return the key of a held claim: a job may be held again at a later epoch."""
     return (lease.job_id, lease.epoch)

@@ -1,9 +1,10 @@
 """Worker: claims jobs in batches, runs them in threads, keeps their leases alive.
 
 The fetch loop (``run``) claims into a prefetch buffer, never more than the job threads and the
-buffer have room for; job threads run what it holds (``_execute``); the completer
-(``completer.py``) writes outcomes in batches; the heartbeat loop (``heartbeat.py``) renews
-every held lease at once; ``shutdown.py`` stops it all gracefully.
+buffer have room for; job threads run what it holds (``_run_attempt``, with the rules of
+``attempt.py``); the completer (``completer.py``) writes outcomes in batches; the heartbeat
+(``heartbeat.py``) renews every held lease at once (``holdings.py``); ``shutdown.py`` stops it
+all gracefully.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from .. import registry
 from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
 from ..values import Claimed, Outcome
+from .attempt import context_of, message_of, registered_executor, run
 from .completer import FLUSH_MAX, Completer, Finished
 from .connections import close_thread_connections, reset_broken_connections
-from .executor import COMPLETE, ExecutionReport, log, message_of, prepare, run
-from .heartbeat import HeartbeatMixin
-from .held import BUFFERED, DONE, FINISHING, RUNNING, Held, key
+from .heartbeat import Heartbeat
+from .held import Held, HeldState
+from .holdings import Holdings
 from .listener import NotifyListener
+from .reports import AttemptEnd, AttemptReport, log
 from .shutdown import ShutdownMixin
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -76,12 +79,12 @@ class WorkerOptions:
             )
 
 
-class Worker(HeartbeatMixin, ShutdownMixin):
+class Worker(ShutdownMixin):
     """A ``runjobs`` process: one store (one owner id), many job threads, one heartbeat loop.
 
     The fetch loop claims in batches into a prefetch buffer, job threads run what it holds, and
-    the completer writes their outcomes in batches. Every claim stays in ``held`` (and so keeps
-    its lease renewed) until its outcome committed or it was released.
+    the completer writes their outcomes in batches. Every claim stays in ``holdings`` (and so
+    keeps its lease renewed) until its outcome committed or it was released.
     """
 
     def __init__(
@@ -107,9 +110,11 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         self.operations = options.operations or sorted(registry.all_operations())
         self.prefetch = options.concurrency if options.prefetch is None else options.prefetch
         self.report = report or (lambda line: None)
-        self.held: dict[tuple, Held] = {}
-        self.counts: Counter[str] = Counter()  # held claims by state
-        self.lock = threading.Lock()
+        # The holdings' lock also guards claimed, outcomes and unstarted.
+        self.holdings = Holdings(self.store)
+        self.heartbeat = Heartbeat(
+            options.lease_seconds / 3, self.heartbeat_once, name="durable-jobs-heartbeat"
+        )
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.cancel_requested = threading.Event()  # second signal: cancel what still runs
@@ -118,7 +123,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         self.unstarted: list[Held] = []  # taken from the buffer after the stop: to release
         self.idle = threading.Event()  # tests wait on this: nothing held, nothing claimable
         self.claimed = 0
-        self.outcomes: Counter[str] = Counter()
+        self.outcomes: Counter[AttemptEnd] = Counter()
         self.stop_deadline: float | None = None
         self.announced = False
         self.drained = False  # the last claim found less than it asked for
@@ -137,9 +142,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         )
         if NotifyListener.supported(self.using):
             NotifyListener(self.using, self.wake, self.stopped).start()
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="durable-jobs-heartbeat")
-        heartbeat.daemon = True
-        heartbeat.start()
+        self.heartbeat.start()
         self.completer.start()
         for n in range(self.options.concurrency):
             name = f"durable-jobs-{n + 1}"
@@ -151,11 +154,12 @@ class Worker(HeartbeatMixin, ShutdownMixin):
             clean = True
         finally:
             self.stopped.set()
+            self.heartbeat.stop()
             for _ in range(self.options.concurrency):
                 self.buffer.put(None)  # idle job threads exit; busy ones die with the process
             self.completer.stop()
             self.completer.join(timeout=self.options.lease_seconds)
-            heartbeat.join(timeout=self.options.lease_seconds)
+            self.heartbeat.join(timeout=self.options.lease_seconds)
             if clean:  # a crashed worker's row must go stale, not claim a clean stop
                 self._sign_off()
             close_thread_connections()
@@ -181,8 +185,7 @@ class Worker(HeartbeatMixin, ShutdownMixin):
                 self.report(self.status_line())
             if claimed and not self.drained:
                 continue  # a full batch: more may be waiting
-            with self.lock:
-                busy = bool(self.held)
+            busy = bool(self.holdings)
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:
                     self.idle.set()
@@ -192,9 +195,10 @@ class Worker(HeartbeatMixin, ShutdownMixin):
 
     def _claim_budget(self) -> int:
         """Return how many jobs to claim now: free slots plus the prefetch buffer's room."""
-        with self.lock:
-            buffered, running = self.counts[BUFFERED], self.counts[RUNNING]
-            finishing = self.counts[FINISHING]
+        counts = self.holdings.counts
+        with self.holdings.lock:
+            buffered, running = counts[HeldState.BUFFERED], counts[HeldState.RUNNING]
+            finishing = counts[HeldState.FINISHING]
         in_hand = buffered + running
         capacity = self.options.concurrency + self.prefetch
         free = capacity - in_hand
@@ -234,10 +238,9 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         No database work here: were the database to drop now, an exception would leave the
         rest of the claimed batch unbuffered, holding leases nobody runs.
         """
-        entry = Held(claim=claim)
-        with self.lock:
-            self.held[key(claim.lease)] = entry
-            self.counts[BUFFERED] += 1
+        entry = Held(claim)
+        with self.holdings.lock:
+            self.holdings.add(entry)
             self.claimed += 1
         self.buffer.put(entry)
 
@@ -245,17 +248,17 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         """Run jobs one after another on one long-lived database connection."""
         try:
             while (entry := self.buffer.get()) is not None:
-                with self.lock:
+                with self.holdings.lock:
                     if self.stopping.is_set():  # never started: the fetch loop releases it
                         self.unstarted.append(entry)
                         self.wake.set()
                         continue
-                    self._move(entry, RUNNING)
-                self._execute(entry)
+                    self.holdings.move(entry, HeldState.RUNNING)
+                self._run_attempt(entry)
         finally:
             close_thread_connections()
 
-    def _execute(self, entry: Held) -> None:
+    def _run_attempt(self, entry: Held) -> None:
         lease = entry.lease
         job = entry.claim.job
         logger.debug(
@@ -267,51 +270,49 @@ class Worker(HeartbeatMixin, ShutdownMixin):
         )
         started = time.monotonic()
         try:
-            ctx, func = prepare(
+            entry.ctx = context_of(
                 self.store,
                 entry.claim,
                 entry.cancel,
                 retry_until=lambda: self._lease_may_be_alive(lease),
             )
-            outcome = run(ctx, func)
+            outcome = run(entry.ctx, registered_executor(job.operation))
         except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
             logger.exception("job %s could not be run", lease.job_id)
             outcome = Outcome.failed(lease, message_of(exc))
         duration = time.monotonic() - started
         if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
-            report = ExecutionReport(
-                lease.job_id, job.operation, job.attempts, lease.epoch, COMPLETE, duration
-            )
-            self._recorded(entry, report)
+            self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.COMPLETE, duration))
             return
-        with self.lock:
-            self._move(entry, FINISHING)
+        with self.holdings.lock:
+            self.holdings.move(entry, HeldState.FINISHING)
         self.wake.set()
-        self.completer.submit(Finished(entry, outcome, job.operation, job.attempts, duration))
+        self.completer.put(Finished(entry, outcome, duration))
 
-    def _recorded(self, entry: Held, report: ExecutionReport) -> None:
+    def _recorded(self, entry: Held, report: AttemptReport) -> None:
         """Forget ``entry`` once its outcome committed (or could not be written)."""
         log(report)
-        with self.lock:
+        with self.holdings.lock:
             self.outcomes[report.outcome] += 1
-            if self.held.get(key(entry.lease)) is entry:
-                del self.held[key(entry.lease)]
-            self.counts[entry.state] -= 1
-            entry.state = DONE
+            self.holdings.finish(entry, report)
         self.wake.set()
 
-    def _move(self, entry: Held, state: str) -> None:
-        """Change ``entry``'s state (call with the lock held)."""
-        self.counts[entry.state] -= 1
-        self.counts[state] += 1
-        entry.state = state
+    def heartbeat_once(self) -> None:
+        """Renew every held lease in one statement, then refresh this worker's row."""
+        held = self.holdings.renew()
+        if held is None:  # the database is unavailable: the next beat tries again
+            return
+        try:
+            self.store.worker_heartbeat(leases_held=held, stopping=self.stopping.is_set())
+        except DatabaseError:
+            reset_broken_connections()
 
     def _lease_may_be_alive(self, lease: Lease) -> bool:
         return self.store.clock() < lease.expires_at or not self.stopped.is_set()
 
     def _flush_may_succeed(self) -> bool:
         return not self.stopped.is_set() or any(
-            self._lease_may_be_alive(entry.lease) for entry in list(self.held.values())
+            self._lease_may_be_alive(entry.lease) for entry in self.holdings.entries()
         )
 
     def _status_due(self, last: float) -> bool:
@@ -320,7 +321,8 @@ class Worker(HeartbeatMixin, ShutdownMixin):
 
     def status_line(self) -> str:
         done = ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"
+        counts = self.holdings.counts
         return (
-            f"runjobs {self.store.actor}: running={self.counts[RUNNING]} "
-            f"buffered={self.counts[BUFFERED]} claimed={self.claimed} finished: {done}"
+            f"runjobs {self.store.actor}: running={counts[HeldState.RUNNING]} "
+            f"buffered={counts[HeldState.BUFFERED]} claimed={self.claimed} finished: {done}"
         )

@@ -11,8 +11,8 @@ from django.db import DatabaseError
 
 from ..errors import LeaseLost
 from .connections import reset_broken_connections
-from .executor import ExecutionReport
-from .held import RELEASED, RUNNING
+from .held import HeldState
+from .reports import AttemptEnd, AttemptReport
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -24,7 +24,7 @@ class ShutdownMixin:
         """Stop claiming; let running jobs finish within the grace period (or cancel them).
 
         Only sets events, so it is safe in a signal handler (which runs in the main thread, maybe
-        while that thread holds ``self.lock`` or is inside a transaction); the fetch loop does
+        while that thread holds the holdings' lock or is inside a transaction); the fetch loop does
         the database work.
         """
         if not self.stopping.is_set():
@@ -42,15 +42,15 @@ class ShutdownMixin:
         """
         if not self.announced:
             self.announced = True
-            logger.info("stopping: %d job(s) still running", self.counts[RUNNING])
+            running = self.holdings.counts[HeldState.RUNNING]
+            logger.info("stopping: %d job(s) still running", running)
         self._release_unstarted()
         if self.cancel_requested.is_set():
             self._cancel_running()
-        with self.lock:
-            if not self.held:
-                return True
+        if not self.holdings:
+            return True
         if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
-            logger.warning("grace period over; leaving %d job(s) to expire", len(self.held))
+            logger.warning("grace period over; leaving %d job(s) to expire", len(self.holdings))
             return True
         self.wake.wait(0.1)
         self.wake.clear()
@@ -64,9 +64,9 @@ class ShutdownMixin:
             except queue.Empty:
                 break
             if entry is not None:
-                with self.lock:
+                with self.holdings.lock:
                     self.unstarted.append(entry)
-        with self.lock:
+        with self.holdings.lock:
             entries, self.unstarted = self.unstarted, []
         if not entries:
             return
@@ -75,20 +75,12 @@ class ShutdownMixin:
         except DatabaseError:
             logger.warning("could not release unstarted jobs; retrying", exc_info=True)
             reset_broken_connections()
-            with self.lock:
+            with self.holdings.lock:
                 self.unstarted.extend(entries)
             return
         logger.info("released %d claimed job(s) that never started", released)
         for entry in entries:
-            report = ExecutionReport(
-                entry.lease.job_id,
-                entry.claim.job.operation,
-                entry.claim.job.attempts,
-                entry.lease.epoch,
-                RELEASED,
-                0.0,
-            )
-            self._recorded(entry, report)
+            self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.RELEASED, 0.0))
 
     def _cancel_running(self) -> None:
         """Record a cancellation request for every running job, then tell its executor.
@@ -99,10 +91,11 @@ class ShutdownMixin:
         another never asks to cancel the other's attempt. A database error leaves the rest for
         the next pass of the fetch loop.
         """
-        with self.lock:
-            entries = [
-                e for e in self.held.values() if e.state == RUNNING and not e.cancel_recorded
-            ]
+        entries = [
+            e
+            for e in self.holdings.entries()
+            if e.state == HeldState.RUNNING and not e.cancel_recorded
+        ]
         for entry in entries:
             try:
                 self.store.heartbeat(entry.lease)

@@ -15,8 +15,8 @@ from ...worker import Worker, WorkerOptions
 
 class Command(BaseCommand):
     help = (
-        "Run durable jobs: claim with claim_next, heartbeat every lease/3, stop cleanly on "
-        "SIGTERM/SIGINT (a second signal requests cancellation of running jobs)."
+        "Run durable jobs: claim in batches, renew every held lease each lease/3 seconds, stop "
+        "cleanly on SIGTERM/SIGINT (a second signal requests cancellation of running jobs)."
     )
 
     def add_arguments(self, parser) -> None:

@@ -1,0 +1,165 @@
+"""One attempt: build the context of a claim, call its executor, and turn how it ended into an outcome.
+
+The *executor* is the callable that does the job's work, ``executor(ctx)``: the function a worker
+registered with ``@operation``, or the one given to ``JobManager``. Whatever it does becomes an
+:class:`~django_durable_jobs.values.Outcome`: return → ``complete`` (even after a late
+cancellation request: finished work is recorded as finished); ``JobCancelled`` → ``cancelled``
+(when a request was recorded; otherwise ``failed``); any other exception → ``failed`` with its
+message. The store writes it only while the lease holds: a lost lease writes nothing, and the
+report says ``lease-lost``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from enum import Enum, auto
+from typing import TYPE_CHECKING, Any
+
+from .. import registry
+from ..errors import InputInvalid, JobCancelled
+from ..store.outcomes import result_text
+from ..values import Claimed, Lease, Outcome
+from .connections import persist
+from .context import JobContext
+from .reports import AttemptEnd, AttemptReport, log, report_recorded
+
+if TYPE_CHECKING:
+    from ..store import DurableJobStore
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+ERROR_MAX_CHARS = 10_000
+
+Executor = Callable[[JobContext], Any]
+
+
+class ExecutorExit(Enum):
+    """How ``executor(ctx)`` ended, before anything is written."""
+
+    RETURNED = auto()  # → complete, with the value it returned
+    RAISED = auto()  # → failed, with the exception's message
+    STOPPED = auto()  # raised JobCancelled → cancelled (failed without a recorded request)
+    COMPLETED_ITSELF = auto()  # ctx.complete_atomically wrote the outcome already
+
+
+def context_of(
+    store: DurableJobStore,
+    claim: Claimed,
+    cancel_event: threading.Event,
+    *,
+    retry_until: Callable[[], bool] | None = None,
+) -> JobContext:
+    """Return the context of ``claim``'s attempt, bounded by its operation's timeout if any.
+
+    The claim carries the job row as the claim left it, so nothing is read again.
+    """
+    spec = registry.get(claim.job.operation)
+    return JobContext(
+        store,
+        claim.lease,
+        claim.job,
+        cancel_event=cancel_event,
+        timeout=spec.timeout if spec else None,
+        retry_until=retry_until,
+    )
+
+
+def registered_executor(operation: str) -> Executor:
+    """Return the executor of ``operation``: its registered function, given ``ctx.payload``.
+
+    An operation this process does not know runs as a failure that says so.
+    """
+    spec = registry.get(operation)
+    if spec is None:
+        unknown = (
+            f"No operation {operation!r} is registered in this worker; register it with "
+            f"@operation and restart, or request a retry."
+        )
+        return _raiser(LookupError(unknown))
+    return lambda ctx: spec.func(ctx, ctx.payload)
+
+
+def run(ctx: JobContext, executor: Executor) -> Outcome | None:
+    """Run ``executor(ctx)`` and return the outcome to record, or None when it recorded its own.
+
+    Nothing is written here: the worker records outcomes in batches (``record_outcomes``).
+    """
+    how, value = _call(executor, ctx)
+    if how is ExecutorExit.COMPLETED_ITSELF:
+        return None
+    return outcome_of(ctx.lease, how, value)
+
+
+def run_and_record(
+    store: DurableJobStore,
+    ctx: JobContext,
+    executor: Executor,
+    claim: Claimed,
+    *,
+    retry_until: Callable[[], bool] | None = None,
+) -> AttemptReport:
+    """Run ``executor(ctx)``, record its outcome at once and return the report (``JobManager``).
+
+    The rules and the write are the worker's (:func:`run`, ``record_outcomes``), one attempt
+    per transaction instead of a batch. A database error is retried while ``retry_until()``
+    holds, then raised: nothing was written, and the lease will expire.
+    """
+    started = time.monotonic()
+    outcome = run(ctx, executor)
+    if outcome is None:
+        report = AttemptReport.of(claim, AttemptEnd.COMPLETE, time.monotonic() - started)
+    else:
+        (recorded,) = persist(
+            lambda: store.record_outcomes([outcome]), retry_until or (lambda: False)
+        )
+        report = report_recorded(claim, recorded, time.monotonic() - started)
+    log(report)
+    return report
+
+
+def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:
+    """Return the outcome to record for an executor that ended as ``how`` says."""
+    if how is ExecutorExit.RETURNED:
+        try:
+            return Outcome.completed(lease, result_text(value))
+        except InputInvalid as exc:  # the return value cannot be stored: the job failed
+            return Outcome.failed(lease, f"The executor's result was refused: {exc.message}")
+    if how is ExecutorExit.STOPPED:
+        return Outcome.cancelled(lease)
+    return Outcome.failed(lease, message_of(value))
+
+
+def message_of(error: Any) -> str:
+    """Return ``error`` as a failure message the store always accepts.
+
+    Bounded in length, and with characters that have no UTF-8 form (lone surrogates) replaced:
+    the worker writes outcomes in batches, where one refused message would refuse them all.
+    """
+    text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    text = text.encode("utf-8", "replace").decode("utf-8").strip()
+    text = text or "The executor failed without a message."
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
+
+
+def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:
+    """Run ``executor(ctx)``; return how it ended and its value or exception."""
+    try:
+        value = executor(ctx)
+    except JobCancelled:
+        return ExecutorExit.STOPPED, None
+    except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure
+        logger.debug("executor of %s raised", ctx.job_id, exc_info=True)
+        return ExecutorExit.RAISED, exc
+    if ctx.completed:
+        return ExecutorExit.COMPLETED_ITSELF, None
+    return ExecutorExit.RETURNED, value
+
+
+def _raiser(error: Exception) -> Executor:
+    def raise_it(ctx: JobContext) -> Any:
+        raise error
+
+    return raise_it

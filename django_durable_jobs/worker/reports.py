@@ -1,0 +1,84 @@
+"""How an attempt ended, as the process that ran it reports it: ``AttemptReport`` and its log line.
+
+A report is made once the attempt's outcome committed, could not be written, or was never
+needed; the worker counts it, ``JobManager.report()`` returns it, and both log it the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ..errors import LeaseLost
+from ..values import Claimed, Recorded
+from ..vocabulary import AttemptOutcomeChoice
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+__all__ = ["AttemptEnd", "AttemptReport", "ExecutionReport", "log", "report_recorded"]
+
+
+class AttemptEnd(StrEnum):
+    """What a report says of an attempt: the outcome written, or why none was.
+
+    The written ones are the words of the attempt's history row (``AttemptOutcomeChoice``).
+    """
+
+    COMPLETE = AttemptOutcomeChoice.COMPLETE.value
+    FAILED = AttemptOutcomeChoice.FAILED.value
+    CANCELLED = AttemptOutcomeChoice.CANCELLED.value
+    RELEASED = AttemptOutcomeChoice.RELEASED.value  # handed back unstarted by a stopping worker
+    LEASE_LOST = "lease-lost"  # nothing written: another attempt owns the job
+    UNRECORDED = "unrecorded"  # nothing written: the database refused or stayed unavailable
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """One attempt that ended: which, how (``outcome``), after how long, and the error if any."""
+
+    job_id: Any
+    operation: str
+    attempt: int
+    epoch: int
+    outcome: AttemptEnd
+    duration: float
+    error: str | None = None
+
+    @classmethod
+    def of(
+        cls, claim: Claimed, outcome: AttemptEnd, duration: float, error: str | None = None
+    ) -> AttemptReport:
+        """Return the report of ``claim``'s attempt."""
+        job, lease = claim.job, claim.lease
+        return cls(lease.job_id, job.operation, job.attempts, lease.epoch, outcome, duration, error)
+
+
+# The name of AttemptReport before the worker's words were sorted out; kept for imports.
+ExecutionReport = AttemptReport
+
+
+def report_recorded(claim: Claimed, recorded: Recorded, duration: float) -> AttemptReport:
+    """Return the report of what ``record_outcomes`` did with ``claim``'s outcome."""
+    if recorded.status is not None:
+        end, error = AttemptEnd(recorded.status), recorded.error
+    elif isinstance(recorded.refusal, LeaseLost):
+        end, error = AttemptEnd.LEASE_LOST, recorded.refusal.message
+    else:
+        end, error = AttemptEnd.UNRECORDED, str(recorded.refusal)
+    return AttemptReport.of(claim, end, duration, error)
+
+
+def log(report: AttemptReport) -> None:
+    """Log one line for an attempt that ended."""
+    logger.info(
+        "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s",
+        report.job_id,
+        report.operation,
+        report.attempt,
+        report.epoch,
+        report.outcome,
+        report.duration,
+        f" error={report.error}" if report.error else "",
+    )

@@ -1,0 +1,80 @@
+"""How an attempt's end becomes an outcome and a report, without a database.
+
+Proves: each way an executor can end maps to one ``Outcome`` (return → complete with the result
+as canonical JSON, a result that cannot be stored → failed, JobCancelled → cancelled, any other
+exception → failed with its message); ``report_recorded`` turns what ``record_outcomes`` did
+into the report's words; the written words are the attempt history's own; the log line keeps its
+``outcome=…`` form; ``ExecutionReport`` still names the report type.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django_durable_jobs.errors import InputInvalid, LeaseLost
+from django_durable_jobs.values import Claimed, Lease, Outcome, Recorded
+from django_durable_jobs.vocabulary import AttemptOutcomeChoice
+from django_durable_jobs.worker import ExecutionReport
+from django_durable_jobs.worker.attempt import ExecutorExit, outcome_of
+from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport, log, report_recorded
+from tests.support import T0
+
+
+class Row:
+    operation = "tests.op"
+    attempts = 2
+
+
+LEASE = Lease(uuid.uuid4(), "owner-1", 3, T0)
+CLAIM = Claimed(LEASE, Row())
+
+
+def test_each_way_an_executor_ends_maps_to_one_outcome():
+    assert outcome_of(LEASE, ExecutorExit.RETURNED, {"b": 1, "a": [1]}) == Outcome.completed(
+        LEASE, '{"a":[1],"b":1}'
+    )
+    assert outcome_of(LEASE, ExecutorExit.STOPPED, None) == Outcome.cancelled(LEASE)
+    assert outcome_of(LEASE, ExecutorExit.RAISED, ValueError("bad")) == Outcome.failed(
+        LEASE, "ValueError: bad"
+    )
+    refused = outcome_of(LEASE, ExecutorExit.RETURNED, object())
+    assert refused.status == AttemptOutcomeChoice.FAILED
+    assert refused.error.startswith("The executor's result was refused: ")
+
+
+def test_the_written_ends_are_the_attempt_historys_words():
+    for end in (AttemptEnd.COMPLETE, AttemptEnd.FAILED, AttemptEnd.CANCELLED, AttemptEnd.RELEASED):
+        assert AttemptOutcomeChoice(end.value) == end
+    assert {AttemptEnd.LEASE_LOST.value, AttemptEnd.UNRECORDED.value} == {
+        "lease-lost",
+        "unrecorded",
+    }
+
+
+def test_report_recorded_says_what_was_written_or_why_not():
+    written = Outcome.failed(LEASE, "boom")
+    report = report_recorded(CLAIM, Recorded(written, "failed", error="boom"), 1.5)
+    assert report == AttemptReport(LEASE.job_id, "tests.op", 2, 3, AttemptEnd.FAILED, 1.5, "boom")
+    assert report.outcome is AttemptEnd.FAILED
+
+    lost = report_recorded(CLAIM, Recorded(written, None, LeaseLost("taken over")), 0.1)
+    assert (lost.outcome, lost.error) == (AttemptEnd.LEASE_LOST, "taken over")
+
+    refused = report_recorded(CLAIM, Recorded(written, None, InputInvalid("no")), 0.1)
+    assert refused.outcome is AttemptEnd.UNRECORDED
+
+
+def test_the_log_line_keeps_its_form(caplog):
+    report = AttemptReport.of(CLAIM, AttemptEnd.LEASE_LOST, 0.25, "taken over")
+    with caplog.at_level(logging.INFO, logger="django_durable_jobs.worker"):
+        log(report)
+    assert caplog.messages == [
+        f"job {LEASE.job_id} tests.op attempt=2 epoch=3 outcome=lease-lost duration=0.250s "
+        f"error=taken over"
+    ]
+    assert report.outcome == "lease-lost"  # reports compare equal to their words
+
+
+def test_execution_report_is_the_old_name_of_attempt_report():
+    assert ExecutionReport is AttemptReport

@@ -5,21 +5,21 @@ Suite-wide pytest configuration.
   reached: a database is never skipped silently.
 - `db_settings_env` gives the environment a subprocess needs to open the test
   database this run created.
+- `clock`, `store` and `rival`: one movable time and two clients of the store
+  sharing it (a module whose tests need another store overrides `store`).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from django_durable_jobs.store import DurableJobStore
+from tests.settings import REPO_ROOT, TEST_DB
+from tests.support import LEASE, FakeClock
+
 SERVER_DATABASES = {"postgresql", "mariadb"}
-
-
-def _test_db() -> str:
-    return os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite"
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -28,7 +28,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     db = settings.DATABASES["default"]
     return (
-        f"durable_jobs: DURABLE_JOBS_TEST_DB={_test_db()} "
+        f"durable_jobs: DURABLE_JOBS_TEST_DB={TEST_DB} "
         f"(engine {db['ENGINE']}, host {db.get('HOST') or '-'}), Django {django.get_version()}"
     )
 
@@ -41,8 +41,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             "(see the db_settings_env fixture). Unset it and run pytest again.",
             returncode=1,
         )
-    db = _test_db()
-    if db not in SERVER_DATABASES:
+    if TEST_DB not in SERVER_DATABASES:
         return
     from django.db import connections
 
@@ -54,7 +53,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     except Exception as exc:  # any driver or network error must stop the run
         settings_dict = connections.settings["default"]
         pytest.exit(
-            f"DURABLE_JOBS_TEST_DB={db}: cannot connect to {settings_dict['ENGINE']} at "
+            f"DURABLE_JOBS_TEST_DB={TEST_DB}: cannot connect to {settings_dict['ENGINE']} at "
             f"{settings_dict.get('HOST')}:{settings_dict.get('PORT')} as "
             f"{settings_dict.get('USER')!r}: {type(exc).__name__}: {exc}\n"
             "Start the database (scripts/ensure-services) or choose DURABLE_JOBS_TEST_DB=sqlite. "
@@ -81,15 +80,25 @@ def db_settings_env(django_db_setup: None) -> dict[str, str]:
         pythonpath = os.pathsep.join([pythonpath, os.environ["PYTHONPATH"]])
     return {
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DURABLE_JOBS_TEST_DB": _test_db(),
+        "DURABLE_JOBS_TEST_DB": TEST_DB,
         "DURABLE_JOBS_DB_NAME": str(connection.settings_dict["NAME"]),
         "PYTHONPATH": pythonpath,
     }
 
 
 @pytest.fixture
-def clock():
+def clock() -> FakeClock:
     """Return a FakeClock at T0; stores built with it share one movable time."""
-    from tests.support import FakeClock
-
     return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> DurableJobStore:
+    """Return the client under test: actor "worker-a", leases of ``tests.support.LEASE``."""
+    return DurableJobStore(actor="worker-a", lease_seconds=LEASE, clock=clock)
+
+
+@pytest.fixture
+def rival(clock: FakeClock) -> DurableJobStore:
+    """Return a second client on the same clock: actor "worker-b", the same lease length."""
+    return DurableJobStore(actor="worker-b", lease_seconds=LEASE, clock=clock)

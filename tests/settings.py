@@ -20,8 +20,10 @@ os.makedirs(TEST_OUTPUT_DIR, exist_ok=True)
 TEST_DB = os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite"
 DB_NAME_OVERRIDE = os.environ.get("DURABLE_JOBS_DB_NAME") or None
 # Lets several pytest runs share one machine without sharing test databases.
-_SUFFIX = "".join(c for c in os.environ.get("DURABLE_JOBS_TEST_DB_SUFFIX", "") if c.isalnum())
-TEST_DB_NAME = f"test_durable_jobs{'_' + _SUFFIX if _SUFFIX else ''}"
+TEST_DB_SUFFIX = "".join(
+    c for c in os.environ.get("DURABLE_JOBS_TEST_DB_SUFFIX", "") if c.isalnum()
+)
+TEST_DB_NAME = f"test_durable_jobs{'_' + TEST_DB_SUFFIX if TEST_DB_SUFFIX else ''}"
 
 if TEST_DB == "sqlite":
     _default_db = {

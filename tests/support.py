@@ -1,4 +1,4 @@
-"""Shared test helpers: a movable clock, store factories, and proof that nothing changed."""
+"""Shared test helpers: a movable clock, proof that nothing changed, and waiting with a deadline."""
 
 from __future__ import annotations
 
@@ -7,26 +7,32 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
 
 from django_durable_jobs.errors import JobError
 from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
+from tests.settings import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+LEASE = 10.0  # the lease_seconds of the ``store`` and ``rival`` fixtures (tests/conftest.py)
+WAIT_TIMEOUT = 30.0  # generous: CI machines are slow; conditions normally hold within seconds
+
+T = TypeVar("T")
 
 
 @dataclass
 class FakeClock:
-    """A clock tests move by hand; every store built by ``make_store`` shares one."""
+    """A clock tests move by hand; the stores built with one share its time."""
 
     now: datetime = T0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -39,6 +45,39 @@ class FakeClock:
         with self.lock:
             self.now = self.now + timedelta(seconds=seconds)
             return self.now
+
+
+def live_clock(offset: float = 0.0) -> FakeClock:
+    """Return a FakeClock starting at the wall clock (plus ``offset`` seconds).
+
+    For code that compares with the real time: ``assert_write_fence``, the API, ``submit()`` and
+    child processes.
+    """
+    return FakeClock(now=timezone.now() + timedelta(seconds=offset))
+
+
+def wait_for(
+    condition: Callable[[], T],
+    what: str,
+    *,
+    timeout: float = WAIT_TIMEOUT,
+    interval: float = 0.02,
+    diagnose: Callable[[], str] | None = None,
+) -> T:
+    """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds.
+
+    Tests wait on a condition, never on a blind sleep. ``diagnose`` adds to the failure message
+    (a worker's log, say).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            message = f"timed out after {timeout:g} s waiting for {what}"
+            raise AssertionError(f"{message}\n{diagnose()}" if diagnose else message)
+        time.sleep(interval)
 
 
 def db_state() -> str:

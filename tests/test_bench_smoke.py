@@ -21,18 +21,14 @@ import pytest
 
 from benchmarks.databases import database, recreate_database
 from benchmarks.systems import database_name
+from tests.settings import REPO_ROOT, TEST_DB, TEST_DB_SUFFIX
 
 pytestmark = pytest.mark.processes
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
-    db = os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite"
-    run_suffix = "".join(
-        c for c in os.environ.get("DURABLE_JOBS_TEST_DB_SUFFIX", "") if c.isalnum()
-    )
-    suffix = f"smoke_{run_suffix}" if run_suffix else "smoke"
+    db = TEST_DB
+    suffix = f"smoke_{TEST_DB_SUFFIX}" if TEST_DB_SUFFIX else "smoke"
     command = [sys.executable, "-m", "benchmarks.side_by_side", "--systems", "ours", "--db", db]
     command += ["--drain-jobs", "40", "--processes", "1,2", "--enqueue-jobs", "20"]
     command += ["--bulk-jobs", "200", "--bulk-size", "100", "--latency-jobs", "5"]

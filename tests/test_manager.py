@@ -32,7 +32,7 @@ from django_durable_jobs.errors import (
 from django_durable_jobs.manager import JobManager
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
-from tests.support import FakeClock, assert_refused, db_state, submission
+from tests.support import FakeClock, assert_refused, db_state, submission, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,17 +106,6 @@ def outcomes(job_id) -> list[tuple[int, str]]:
     return list(
         JobAttempt.objects.filter(job_id=job_id).order_by("epoch").values_list("epoch", "outcome")
     )
-
-
-def poll(condition, what: str):
-    """Return condition()'s first truthy value, polling the database until WAIT runs out."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 # -- coalescing ---------------------------------------------------------------------------------
@@ -193,15 +182,17 @@ def test_heartbeats_renew_the_lease_so_a_job_outlasting_its_lease_completes(rig)
     job_id = m.start_job(OP, gate, submission(key="long"))
     started(gate)
     first = Job.objects.get(pk=job_id)
-    renewed = poll(
+    renewed = wait_for(
         lambda: Job.objects.filter(pk=job_id, lease_expires_at__gt=first.lease_expires_at).first(),
-        "a heartbeat renewed the lease",
+        "a heartbeat that renews the lease",
+        timeout=WAIT,
     )
     assert renewed.heartbeat_at > first.heartbeat_at
     # Run well past the first lease: heartbeats keep it alive, so nobody may take the job.
-    poll(
+    wait_for(
         lambda: timezone.now() > first.lease_expires_at + timedelta(seconds=1.2),
-        "the first lease is long gone",
+        "the first lease to be long gone",
+        timeout=WAIT,
     )
     assert m.get_job(job_id).ownership == "current"
     with pytest.raises(NotReclaimable):
@@ -353,9 +344,10 @@ def test_destroy_cancels_only_this_managers_executors(rig):
     row_b = Job.objects.get(pk=job_b)
     assert (row_b.status, row_b.cancellation_requested_at) == ("running", None)
     # b keeps renewing its lease and finishes normally.
-    poll(
+    wait_for(
         lambda: Job.objects.filter(pk=job_b, heartbeat_at__gt=row_b.heartbeat_at).exists(),
-        "b heartbeats after a.destroy()",
+        "a heartbeat of b after a.destroy()",
+        timeout=WAIT,
     )
     gate_b.release.set()
     job = b.wait(job_b, WAIT)

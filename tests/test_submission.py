@@ -22,7 +22,7 @@ from django_durable_jobs.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.submission import submit
-from tests.support import FakeClock, assert_refused, run_python, submission
+from tests.support import FakeClock, assert_refused, live_clock, run_python, submission
 from tests.testapp import jobs as testapp_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,11 +45,6 @@ def scratch():
     yield names
     for name in names:
         registry.unregister(name)
-
-
-def live_clock() -> FakeClock:
-    """A FakeClock starting at the real now, so rows submit() stamps are due on it."""
-    return FakeClock(now=timezone.now())
 
 
 # -- submit -------------------------------------------------------------------------------------

@@ -1,14 +1,14 @@
-"""Start real ``manage.py runjobs`` processes, signal them, and wait on conditions with deadlines.
+"""Start real ``manage.py runjobs`` processes, signal them, and read what they did.
 
-* :func:`wait_for` polls a condition until it holds or a deadline passes (never a blind sleep);
 * :class:`RunJobs` is one ``python -m django runjobs ...`` child in a session of its own, with its
   stdout and stderr in files (so a chatty worker never blocks on a full pipe) that a test can
   search for log lines;
 * :class:`WorkerPool` starts such children with small leases and fast polling, and kills every
   one of them (and their own children, for ``--processes``) when the test ends.
 
-Test modules wrap the pool in a fixture that depends on ``transactional_db``, so the workers are
-gone before the test database is flushed.
+The ``workers`` fixture (tests/worker/conftest.py) wraps the pool and depends on
+``transactional_db``, so the workers are gone before the test database is flushed. Waiting is
+:func:`tests.support.wait_for`.
 """
 
 from __future__ import annotations
@@ -19,32 +19,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
+from tests.support import REPO_ROOT, WAIT_TIMEOUT, wait_for
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-WAIT_TIMEOUT = 30.0  # generous: CI machines are slow; conditions normally hold within seconds
 EXIT_TIMEOUT = 20.0
 FAST = ("--lease", "2", "--poll", "0.2")
-
-T = TypeVar("T")
-
-
-def wait_for(
-    condition: Callable[[], T], what: str, *, timeout: float = WAIT_TIMEOUT, interval: float = 0.02
-) -> T:
-    """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def job(job_id: Any) -> Job:

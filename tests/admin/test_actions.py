@@ -9,39 +9,28 @@ sees and may run each action (a POST without the permission changes nothing).
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.contrib import admin
 from django.contrib.auth.models import Permission
-from django.urls import path
 from django.utils import timezone
 
 from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore
-from tests.support import FakeClock, db_state, submission
+from tests.support import db_state, submission
 
-urlpatterns = [path("admin/", admin.site.urls)]
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.admin.urls")]
 
 CHANGELIST = "/admin/durable_jobs/job/"
 
 
 @pytest.fixture
-def clock():
-    """Two minutes before the wall clock the admin's own store reads."""
-    return FakeClock(now=timezone.now() - timedelta(seconds=120))
-
-
-@pytest.fixture
-def jobs(clock):
+def jobs(near_now):
     """One job in each state an action distinguishes, created a second apart (list order)."""
-    short = DurableJobStore(actor="short", lease_seconds=30, clock=clock)  # expired by now
-    long = DurableJobStore(actor="long", lease_seconds=3600, clock=clock)  # still current
+    short = DurableJobStore(actor="short", lease_seconds=30, clock=near_now)  # expired by now
+    long = DurableJobStore(actor="long", lease_seconds=3600, clock=near_now)  # still current
     made = {}
     for name in ("pending", "running", "expired", "complete", "failed", "cancelled"):
         made[name] = long.defer("demo.op", submission({"j": name}, key=name)).pk
-        clock.advance(1)
+        near_now.advance(1)
     long.claim(made["running"])
     short.claim(made["expired"])
     long.complete(long.claim(made["complete"]), {"kept": True})
@@ -55,12 +44,6 @@ def make_client(client, django_user_model, *perms: str):
     for codename in ("view_job", *perms):
         user.user_permissions.add(Permission.objects.get(codename=codename))
     client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def root(client, django_user_model):
-    client.force_login(django_user_model.objects.create_superuser("root", "r@example.com", "pw"))
     return client
 
 

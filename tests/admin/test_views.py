@@ -17,24 +17,20 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.urls import path
 from django.utils import timezone
 from django.utils.html import escape
 
-from django_durable_jobs.admin_helpers import EstimatedCountPaginator
+from django_durable_jobs.admin import EstimatedCountPaginator
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.vocabulary import assess_ownership
 from django_durable_jobs.vocabulary import proposal_sha256 as sha
 from tests.support import FakeClock, db_state, submission
 
-# The admin alone, so that this file does not depend on other URLconfs being importable.
-urlpatterns = [path("admin/", admin.site.urls)]
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.admin.urls")]
 
 CHANGELIST = "/admin/durable_jobs/job/"
 GOOD = '{"n": 1}'
@@ -43,19 +39,6 @@ RECENT = ("operation", "scope", "queue")
 
 def detail_url(job_id) -> str:
     return f"{CHANGELIST}{job_id}/change/"
-
-
-@pytest.fixture
-def root(client, django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def near_now():
-    """A FakeClock two minutes before the wall clock the admin reads."""
-    return FakeClock(now=timezone.now() - timedelta(seconds=120))
 
 
 def running_job(clock, *, lease: float, key: str, worker: bool = True, op: str = "demo.op"):

@@ -1,6 +1,6 @@
-"""Shared fixtures of the REST API tests (users, tokens, clients, a store in real time).
+"""Plain helpers of the REST API tests: a JSON client, users with permissions, refusals.
 
-Holds no tests itself; the ``test_api_*`` files import its fixtures.
+The fixtures (``user``, ``token``, ``api``, ``red``, ``blue``, ``now_clock``) are in conftest.py.
 """
 
 from __future__ import annotations
@@ -8,14 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
-from django.utils import timezone
 
-from django_durable_jobs.api.tokens import create_token
-from django_durable_jobs.store import DurableJobStore
-from tests.support import FakeClock, db_state, submission
+from tests.support import db_state
 
 BASE = "/jobs/api"
 ALL_PERMS = ("view_job", "add_job", "cancel_job", "retry_job")
@@ -47,39 +43,6 @@ class Api:
         )
 
 
-@pytest.fixture
-def now_clock() -> FakeClock:
-    """A movable clock starting at the real now, so the API (real time) sees current leases."""
-    return FakeClock(now=timezone.now())
-
-
-@pytest.fixture
-def user(db) -> User:
-    return make_user("alice")
-
-
-@pytest.fixture
-def token(user) -> str:
-    return create_token(user, "red", "tests").token
-
-
-@pytest.fixture
-def api(token) -> Api:
-    return Api(token)
-
-
-@pytest.fixture
-def red(now_clock) -> DurableJobStore:
-    """A store of the token's scope ("red")."""
-    return DurableJobStore(scope="red", actor="worker-red", clock=now_clock)
-
-
-@pytest.fixture
-def blue(now_clock) -> DurableJobStore:
-    """A store of another scope ("blue")."""
-    return DurableJobStore(scope="blue", actor="worker-blue", clock=now_clock)
-
-
 def refused(response, status: int, code: str, before: str) -> dict:
     """Assert a JSON refusal with ``status`` and ``code`` that left the database unchanged."""
     assert response.status_code == status, response.content
@@ -89,20 +52,3 @@ def refused(response, status: int, code: str, before: str) -> dict:
     assert body["message"]
     assert db_state() == before
     return body
-
-
-__all__ = [
-    "ALL_PERMS",
-    "BASE",
-    "OP",
-    "Api",
-    "api",
-    "blue",
-    "make_user",
-    "now_clock",
-    "red",
-    "refused",
-    "submission",
-    "token",
-    "user",
-]

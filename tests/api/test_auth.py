@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """REST API security: authentication, permissions, scopes, tokens, CSRF and ATOMIC_REQUESTS.
 
 Proves: anonymous calls are 401 everywhere; each permission gates its endpoints (403); a job of
@@ -21,21 +20,8 @@ from django.test import Client, override_settings
 from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import ApiToken, Job
 from django_durable_jobs.store import DurableJobStore
-from tests.api.support import (  # noqa: F401 - fixtures
-    BASE,
-    OP,
-    Api,
-    api,
-    blue,
-    make_user,
-    now_clock,
-    red,
-    refused,
-    submission,
-    token,
-    user,
-)
-from tests.support import db_state
+from tests.api.support import BASE, OP, Api, make_user, refused
+from tests.support import db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -242,7 +228,7 @@ def test_a_cursor_of_one_scope_is_refused_in_another(user, red, blue):
 def test_the_scope_resolver_setting_decides_the_callers_scope(user, now_clock):
     theirs = DurableJobStore(scope="user-alice", clock=now_clock).defer(OP, submission(key="a"))
     DurableJobStore(scope="default", clock=now_clock).defer(OP, submission(key="d"))
-    resolver = "tests.test_api_security.scope_from_username"
+    resolver = resolver_path()
     with override_settings(DURABLE_JOBS={"SCOPE_RESOLVER": resolver}):
         client = _session(user)
         assert [i["id"] for i in client.get("/jobs").json()["items"]] == [str(theirs.pk)]
@@ -260,7 +246,7 @@ def test_a_scope_resolver_that_is_not_a_dotted_path_is_a_system_check_error():
 
 
 def resolver_path() -> str:
-    return "tests.test_api_security.scope_from_username"
+    return f"{__name__}.scope_from_username"
 
 
 # -- CSRF and transactions -------------------------------------------------------------------------

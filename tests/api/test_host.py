@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """The router mounted in a host's own NinjaAPI: same endpoints, auth, JSON errors and transactions.
 
 This module is also the URLconf of its tests (``ROOT_URLCONF`` is switched to it).
@@ -16,7 +15,7 @@ from ninja import NinjaAPI
 
 from django_durable_jobs.api import install_error_handlers, non_atomic_urls, router
 from django_durable_jobs.models import Job
-from tests.api.support import OP, now_clock, red, refused, token, user  # noqa: F401
+from tests.api.support import OP, refused
 from tests.support import db_state
 
 host_api = NinjaAPI(urls_namespace="host_api_tests")
@@ -27,7 +26,7 @@ urlpatterns = [path("host/", (non_atomic_urls(_patterns), _app, _namespace))]
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.urls("tests.test_api_host"),
+    pytest.mark.urls(__name__),
 ]
 
 

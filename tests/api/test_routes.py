@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """The REST API's endpoints: each success path, and each refusal as JSON with the DB unchanged.
 
 Covers POST /jobs (201 new, 200 coalesced, exact proposal text, 409/413/422), GET /jobs (filters,
@@ -17,18 +16,8 @@ from django.test import override_settings
 from django_durable_jobs.api.errors import error_response, status_for
 from django_durable_jobs.errors import CapacityReached, DeadlineExceeded, JobError
 from django_durable_jobs.models import Job
-from tests.api.support import (  # noqa: F401 - fixtures
-    OP,
-    api,
-    blue,
-    now_clock,
-    red,
-    refused,
-    submission,
-    token,
-    user,
-)
-from tests.support import db_state
+from tests.api.support import OP, refused
+from tests.support import db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

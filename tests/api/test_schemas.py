@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from tests.api.support
 """The REST API's OpenAPI document and a bounded schemathesis run against the live schema.
 
 Proves: the served document is valid OpenAPI 3 and lists every endpoint with its error responses;
@@ -19,16 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 
-from tests.api.support import (  # noqa: F401 - fixtures
-    OP,
-    Api,
-    api,
-    now_clock,
-    red,
-    submission,
-    token,
-    user,
-)
+from tests.api.support import OP
+from tests.support import submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -26,18 +26,12 @@ from django_durable_jobs.store import (
     PageQuery,
     Submission,
 )
-from tests.support import T0, FakeClock, db_state, execution_for, submission
+from tests.support import LEASE, T0, db_state, execution_for, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OP = "bad.op"
-LEASE = 10.0
 INVALID = "E_JOB_INPUT_INVALID"
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="tester", lease_seconds=LEASE, clock=clock)
 
 
 @pytest.fixture
@@ -359,12 +353,11 @@ def test_a_time_that_is_not_an_aware_datetime_is_refused(store, lease):
     "counter, maximum", [("fencing_epoch", 2**63 - 1), ("attempts", 2**31 - 1)]
 )
 def test_claiming_a_job_whose_counter_is_at_its_maximum_is_refused(
-    store, lease, clock, counter, maximum
+    store, lease, rival, clock, counter, maximum
 ):
     Job.objects.filter(pk=lease.job_id).update(**{counter: maximum})
     assert getattr(Job.objects.get(pk=lease.job_id), counter) == maximum  # the database holds it
     clock.advance(LEASE)
-    rival = DurableJobStore(actor="rival", lease_seconds=LEASE, clock=clock)
     error = refused(lambda: rival.claim(lease.job_id), case=counter)
     assert "maximum" in error.message
     assert not JobAttempt.objects.exists()  # no "interrupted" attempt was recorded either

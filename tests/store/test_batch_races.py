@@ -17,7 +17,6 @@ batch with ``record_outcomes``:
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,17 +25,15 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.utils import timezone
 
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, JobStatus
 from django_durable_jobs.store import DurableJobStore
 from tests.race_child import CHILD_TIMEOUT, Children
-from tests.support import FakeClock, db_state, submission
-from tests.worker_support import wait_for
+from tests.settings import TEST_DB
+from tests.support import FakeClock, db_state, live_clock, submission, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
-TEST_DB = os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite"
 UNCAPPED = "races.batch"
 CAPPED = "races.capped"
 
@@ -44,7 +41,7 @@ CAPPED = "races.capped"
 @pytest.fixture
 def clock() -> FakeClock:
     """The parent's clock, at the real time (children compare against real-time-based clocks)."""
-    return FakeClock(now=timezone.now())
+    return live_clock()
 
 
 def _backlog(clock: FakeClock, operation: str, total: int) -> set[str]:

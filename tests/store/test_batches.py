@@ -22,23 +22,12 @@ from django_durable_jobs.retry import RetryPolicy
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.values import Claimed, Outcome
 from django_durable_jobs.vocabulary import proposal_sha256
-from tests.support import FakeClock, assert_refused, submission
+from tests.support import LEASE, assert_refused, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OP = "batch.op"
-LEASE = 10.0
 LEASE_DELTA = timedelta(seconds=LEASE)
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-a", lease_seconds=LEASE, clock=clock)
-
-
-@pytest.fixture
-def rival(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-b", lease_seconds=LEASE, clock=clock)
 
 
 def backlog(store: DurableJobStore, count: int, op: str = OP, **kwargs) -> list[Job]:

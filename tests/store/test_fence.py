@@ -28,7 +28,7 @@ from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Lease, assert_write_fence
 from django_durable_jobs.vocabulary import proposal_sha256
-from tests.support import FakeClock, db_state, execution_for, submission
+from tests.support import FakeClock, db_state, execution_for, live_clock, submission
 from tests.testapp.models import DomainRow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,11 +45,6 @@ OWNER_WRITES = {
     "heartbeat": lambda store, lease: store.heartbeat(lease),
     "cancel": lambda store, lease: store.cancel(lease),
 }
-
-
-def live_clock(offset: float = 0.0) -> FakeClock:
-    """Return a FakeClock starting at the wall clock (plus ``offset`` seconds)."""
-    return FakeClock(now=timezone.now() + timedelta(seconds=offset))
 
 
 def started(store: DurableJobStore, key: str = "k1") -> tuple[Lease, Job]:

@@ -19,12 +19,11 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from django_durable_jobs.models import Job, JobAttempt, JobStatus
 from django_durable_jobs.store import DurableJobStore
 from tests.race_child import Children
-from tests.support import FakeClock, db_state, submission
+from tests.support import FakeClock, db_state, live_clock, submission
 from tests.testapp.models import RetryHistory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
@@ -37,7 +36,7 @@ NOT_RECLAIMABLE = "E_JOB_NOT_RECLAIMABLE"
 @pytest.fixture
 def clock() -> FakeClock:
     """The parent's clock, at the real time (children compare against real-time-based clocks)."""
-    return FakeClock(now=timezone.now())
+    return live_clock()
 
 
 def _later(clock: FakeClock, seconds: float = 3600) -> str:

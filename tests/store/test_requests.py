@@ -17,16 +17,11 @@ from django_durable_jobs.errors import NotReclaimable
 from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore, RequestResult
 from django_durable_jobs.vocabulary import JobStatus, Ownership, RequestAnswer
-from tests.support import FakeClock, assert_refused, db_state, submission
+from tests.support import assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OP = "requests.op"
-
-
-@pytest.fixture
-def client(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="triage", lease_seconds=10.0, clock=clock)
 
 
 def _same_as_stored(result: RequestResult) -> None:
@@ -36,9 +31,9 @@ def _same_as_stored(result: RequestResult) -> None:
         assert getattr(result.job, field) == getattr(stored, field), field
 
 
-def test_cancelling_pending_work_ends_it_at_once(client, clock):
-    job = client.defer(OP, submission(key="p"))
-    result = client.request_cancel_result(job.pk)
+def test_cancelling_pending_work_ends_it_at_once(store, clock):
+    job = store.defer(OP, submission(key="p"))
+    result = store.request_cancel_result(job.pk)
     assert (result.answer, result.accepted) == (RequestAnswer.CANCELLED_NOW, True)
     assert result.job.status == JobStatus.CANCELLED
     assert result.job.ownership == Ownership.TERMINAL
@@ -46,39 +41,39 @@ def test_cancelling_pending_work_ends_it_at_once(client, clock):
     _same_as_stored(result)
 
 
-def test_cancelling_running_work_records_one_request_the_first_wins(client, clock):
-    lease = client.insert(OP, submission=submission(key="r"))
-    first = client.request_cancel_result(lease.job_id)
+def test_cancelling_running_work_records_one_request_the_first_wins(store, clock):
+    lease = store.insert(OP, submission=submission(key="r"))
+    first = store.request_cancel_result(lease.job_id)
     assert first.answer == RequestAnswer.REQUESTED
     assert (first.job.status, first.job.ownership) == (JobStatus.RUNNING, Ownership.CURRENT)
     _same_as_stored(first)
     asked_at = first.requested_at
     clock.advance(1)
     before = db_state()
-    again = client.request_cancel_result(lease.job_id)
+    again = store.request_cancel_result(lease.job_id)
     assert (again.answer, again.accepted) == (RequestAnswer.ALREADY_REQUESTED, True)
     assert again.requested_at == asked_at  # the earlier request, not now
     assert db_state() == before
 
 
-def test_cancelling_a_finished_job_keeps_its_result(client):
-    lease = client.insert(OP, submission=submission(key="c"))
-    client.complete(lease, {"done": True})
+def test_cancelling_a_finished_job_keeps_its_result(store):
+    lease = store.insert(OP, submission=submission(key="c"))
+    store.complete(lease, {"done": True})
     before = db_state()
-    result = client.request_cancel_result(lease.job_id)
+    result = store.request_cancel_result(lease.job_id)
     assert (result.answer, result.accepted) == (RequestAnswer.ALREADY_ENDED, False)
     assert (result.job.status, result.job.result) == (JobStatus.COMPLETE, '{"done":true}')
     assert result.requested_at is None
     assert db_state() == before
-    assert client.request_cancel(lease.job_id) is False
+    assert store.request_cancel(lease.job_id) is False
 
 
-def test_a_missing_or_foreign_job_is_not_found_and_nothing_changes(client, clock):
+def test_a_missing_or_foreign_job_is_not_found_and_nothing_changes(store, clock):
     foreign = DurableJobStore(scope="other", clock=clock).defer(OP, submission(key="f"))
     scoped = DurableJobStore(scope="mine", clock=clock)
     before = db_state()
-    for store, job_id in ((client, uuid.uuid4()), (scoped, foreign.pk)):
-        for ask in (store.request_cancel_result, store.request_retry_result):
+    for asker, job_id in ((store, uuid.uuid4()), (scoped, foreign.pk)):
+        for ask in (asker.request_cancel_result, asker.request_retry_result):
             result = ask(job_id)
             assert (result.answer, result.job, result.accepted) == (
                 RequestAnswer.NOT_FOUND,
@@ -88,39 +83,39 @@ def test_a_missing_or_foreign_job_is_not_found_and_nothing_changes(client, clock
     assert db_state() == before
 
 
-def test_retrying_a_failed_job_records_a_request_due_now(client, clock):
-    lease = client.insert(OP, submission=submission(key="x"))
-    client.fail(lease, "boom")
+def test_retrying_a_failed_job_records_a_request_due_now(store, clock):
+    lease = store.insert(OP, submission=submission(key="x"))
+    store.fail(lease, "boom")
     clock.advance(5)
-    result = client.request_retry_result(lease.job_id)
+    result = store.request_retry_result(lease.job_id)
     assert (result.answer, result.accepted) == (RequestAnswer.REQUESTED, True)
     assert result.requested_at == clock.now == result.job.retry_requested_at
     assert result.job.run_after <= clock.now
     _same_as_stored(result)
     before = db_state()
-    again = client.request_retry_result(lease.job_id)
+    again = store.request_retry_result(lease.job_id)
     assert (again.answer, again.requested_at) == (RequestAnswer.ALREADY_REQUESTED, clock.now)
     assert db_state() == before
 
 
-def test_retrying_work_that_has_not_ended_changes_nothing(client):
-    lease = client.insert(OP, submission=submission(key="live"))
-    pending = client.defer(OP, submission(key="waiting"))
+def test_retrying_work_that_has_not_ended_changes_nothing(store):
+    lease = store.insert(OP, submission=submission(key="live"))
+    pending = store.defer(OP, submission(key="waiting"))
     before = db_state()
     for job_id in (lease.job_id, pending.pk):
-        result = client.request_retry_result(job_id)
+        result = store.request_retry_result(job_id)
         assert (result.answer, result.accepted) == (RequestAnswer.NOT_ENDED, False)
-        assert client.request_retry(job_id) is False
+        assert store.request_retry(job_id) is False
     assert db_state() == before
 
 
-def test_retrying_a_complete_job_is_still_a_refusal(client):
-    lease = client.insert(OP, submission=submission(key="done"))
-    client.complete(lease, None)
+def test_retrying_a_complete_job_is_still_a_refusal(store):
+    lease = store.insert(OP, submission=submission(key="done"))
+    store.complete(lease, None)
     error = assert_refused(
         NotReclaimable,
         "E_JOB_NOT_RECLAIMABLE",
-        lambda: client.request_retry_result(lease.job_id),
+        lambda: store.request_retry_result(lease.job_id),
     )
     assert "never reopened" in error.message
 

@@ -26,17 +26,17 @@ from django_durable_jobs.errors import (
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
 from django_durable_jobs.vocabulary import proposal_sha256
-from tests.support import T0, FakeClock, assert_refused, db_state, submission
+from tests.support import LEASE, T0, FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OP = "subs.op"
-LEASE = 10.0
 
 
 @pytest.fixture
 def store(clock: FakeClock) -> DurableJobStore:
+    """Override the conftest ``store``: the claimed_by assertions here expect "submitter"."""
     return DurableJobStore(actor="submitter", lease_seconds=LEASE, clock=clock)
 
 

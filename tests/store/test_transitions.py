@@ -24,22 +24,11 @@ from django_durable_jobs.errors import (
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Lease
 from django_durable_jobs.vocabulary import proposal_sha256
-from tests.support import T0, FakeClock, assert_refused, db_state, submission
+from tests.support import LEASE, T0, assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OP = "trans.op"
-LEASE = 10.0
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-a", lease_seconds=LEASE, clock=clock)
-
-
-@pytest.fixture
-def rival(clock: FakeClock) -> DurableJobStore:
-    return DurableJobStore(actor="worker-b", lease_seconds=LEASE, clock=clock)
 
 
 def row(job_id) -> Job:

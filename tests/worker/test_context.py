@@ -30,11 +30,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PAYLOAD = {"steps": 3, "items": [1, 2], "name": "ünï"}
 
 
-@pytest.fixture
-def store(clock):
-    return DurableJobStore(actor="worker-a", lease_seconds=10, clock=clock)
-
-
 def context_for(store: DurableJobStore, job_id, **options) -> JobContext:
     """Claim ``job_id`` with ``store`` and build the context an executor would get."""
     lease = store.claim(job_id)
@@ -68,11 +63,10 @@ def test_context_exposes_the_job_its_lease_and_the_parsed_payload(store, job, ct
     assert not ctx.cancelled and not ctx.lease_lost and not ctx.completed
 
 
-def test_a_later_attempt_sees_the_parsed_checkpoint(clock, store, job, ctx):
+def test_a_later_attempt_sees_the_parsed_checkpoint(clock, store, rival, job, ctx):
     ctx.checkpoint({"done": 2, "seen": ["a", "b"]})
     clock.advance(11)
-    successor = DurableJobStore(actor="worker-b", lease_seconds=10, clock=clock)
-    later = context_for(successor, job.pk)
+    later = context_for(rival, job.pk)
     assert later.attempt == 2 and later.lease.epoch == 2
     assert later.checkpoint_value == {"done": 2, "seen": ["a", "b"]}
     assert later.payload == PAYLOAD
@@ -170,9 +164,9 @@ def test_assert_write_fence_refuses_once_the_lease_expired(clock, ctx):
     assert DomainRow.objects.count() == 0
 
 
-def test_assert_write_fence_refuses_after_another_owner_reclaimed(clock, job, ctx):
+def test_assert_write_fence_refuses_after_another_owner_reclaimed(clock, rival, job, ctx):
     clock.advance(11)
-    DurableJobStore(actor="worker-b", lease_seconds=10, clock=clock).claim(job.pk)
+    rival.claim(job.pk)
     clock.advance(-11)  # even on the stale worker's own clock, the epoch moved on
     with pytest.raises(LeaseLost):
         write_fenced_row(ctx, "stale")

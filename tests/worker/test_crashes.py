@@ -23,26 +23,12 @@ from django_durable_jobs import submit
 from django_durable_jobs.models import JobAttempt, JobStatus
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.vocabulary import Ownership, WorkerState
-from tests.support import db_state
-from tests.worker_support import (
-    WorkerPool,
-    attempts,
-    checkpoint_done,
-    job,
-    marker,
-    wait_for,
-)
+from tests.support import db_state, wait_for
+from tests.worker_support import attempts, checkpoint_done, job, marker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 SIGKILLED = -signal.SIGKILL
-
-
-@pytest.fixture
-def workers(transactional_db, db_settings_env, tmp_path):
-    """Start runjobs children; every one is killed before the test database is flushed."""
-    with WorkerPool(db_settings_env, tmp_path) as pool:
-        yield pool
 
 
 def test_sigkill_mid_job_resumes_from_last_checkpoint_and_completes_once(workers, tmp_path):

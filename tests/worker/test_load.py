@@ -29,11 +29,11 @@ import pytest
 
 from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobAttempt, JobStatus, WorkerProcess
+from tests.settings import REPO_ROOT
 from tests.testapp.models import DomainRow
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 JOBS = 2000
 WORKERS = 4
 CONCURRENCY = 4  # threads per worker (the default): 16 in all, on purpose more than cores

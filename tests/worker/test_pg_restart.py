@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import pytest
 from django.db import DatabaseError, connection, connections
@@ -32,21 +32,23 @@ from django.utils import timezone
 from django_durable_jobs import submit
 from django_durable_jobs.dbvendor import WORK_CHANNEL
 from django_durable_jobs.models import Job, JobAttempt, JobStatus, WorkerProcess
+from tests.settings import TEST_DB
+from tests.support import REPO_ROOT, wait_for
 
 pytestmark = [
     pytest.mark.skipif(
-        (os.environ.get("DURABLE_JOBS_TEST_DB", "sqlite").strip().lower() or "sqlite")
-        != "postgresql",
+        TEST_DB != "postgresql",
         reason="restarts the PostgreSQL server; only meaningful with DURABLE_JOBS_TEST_DB=postgresql",
     ),
     pytest.mark.django_db(transaction=True),
     pytest.mark.processes,
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LEASE = 5.0
 POLL = 30.0  # long, so that only a NOTIFY can wake the worker quickly
 TERMINAL = {JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED}
+
+T = TypeVar("T")
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -134,37 +136,40 @@ class WorkerProcessUnderTest:
             self.proc.kill()
             self.proc.wait(timeout=10)
 
+    def wait_until(self, condition: Callable[[], T], what: str, *, timeout: float) -> T:
+        """Poll ``condition`` until it is truthy; a database error counts as not yet.
+
+        The server may be down or just back: a failed connection is closed so that the next poll
+        opens a new one. A timeout's message carries the worker's log.
+        """
+
+        def attempt() -> T | None:
+            try:
+                return condition()
+            except DatabaseError:
+                connection.close()
+                return None
+
+        return wait_for(
+            attempt,
+            what,
+            timeout=timeout,
+            interval=0.05,
+            diagnose=lambda: (
+                f"worker alive={self.alive()}\n--- worker log ---\n{self.log()[-4000:]}"
+            ),
+        )
+
 
 @pytest.fixture
 def worker(db_settings_env, tmp_path) -> Iterator[WorkerProcessUnderTest]:
     child = WorkerProcessUnderTest(db_settings_env, tmp_path / "worker.log")
     try:
-        wait_for(lambda: _listen_backends(), 30, "the worker's LISTEN connection", child)
-        wait_for(lambda: WorkerProcess.objects.exists(), 10, "the worker's row", child)
+        child.wait_until(lambda: _listen_backends(), "the worker's LISTEN connection", timeout=30)
+        child.wait_until(lambda: WorkerProcess.objects.exists(), "the worker's row", timeout=10)
         yield child
     finally:
         child.kill()
-
-
-def wait_for(
-    condition: Callable[[], Any], seconds: float, what: str, child: WorkerProcessUnderTest
-) -> Any:
-    """Poll ``condition`` until it is truthy (database errors count as not yet)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            value = condition()
-        except DatabaseError:
-            connection.close()
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"waited {seconds:g} s for {what}; worker alive={child.alive()}\n"
-                f"--- worker log ---\n{child.log()[-4000:]}"
-            )
-        time.sleep(0.05)
 
 
 def _listen_backends() -> set[int]:
@@ -195,7 +200,9 @@ def _assert_clean_exit(child: WorkerProcessUnderTest) -> None:
 def test_idle_worker_reconnects_and_is_woken_by_notify_after_a_restart(worker):
     # Before: NOTIFY wakes the idle worker (claimed long before the 30 s poll).
     before = submit("tests.steps", {"steps": 1}, idempotency_key="before-restart")
-    wait_for(lambda: _terminal(before.pk), 10, "the job submitted before the restart", worker)
+    worker.wait_until(
+        lambda: _terminal(before.pk), "the job submitted before the restart", timeout=10
+    )
     listeners = _listen_backends()
     assert len(listeners) == 1
 
@@ -204,22 +211,23 @@ def test_idle_worker_reconnects_and_is_woken_by_notify_after_a_restart(worker):
     assert took < 30
 
     # The listener reconnects on its own (a new server process runs LISTEN) ...
-    new_listeners = wait_for(
-        lambda: _listen_backends() - listeners, 20, "LISTEN on a new connection", worker
+    new_listeners = worker.wait_until(
+        lambda: _listen_backends() - listeners, "LISTEN on a new connection", timeout=20
     )
     assert len(new_listeners) == 1 and len(_listen_backends()) == 1
     # ... and so does the heartbeat loop, which keeps the worker row fresh.
-    wait_for(
+    worker.wait_until(
         lambda: WorkerProcess.objects.filter(heartbeat_at__gt=downtime_started).exists(),
-        3 * LEASE,
         "a worker-row heartbeat after the restart",
-        worker,
+        timeout=3 * LEASE,
     )
     assert worker.alive()
 
     submitted = time.monotonic()
     after = submit("tests.steps", {"steps": 2}, idempotency_key="after-restart")
-    job = wait_for(lambda: _terminal(after.pk), 20, "the job submitted after the restart", worker)
+    job = worker.wait_until(
+        lambda: _terminal(after.pk), "the job submitted after the restart", timeout=20
+    )
     waited = time.monotonic() - submitted
     assert waited < POLL / 2, f"took {waited:.1f} s: woken by polling, not by NOTIFY"
 
@@ -245,12 +253,14 @@ def test_job_running_across_a_restart_completes_exactly_once(worker, tmp_path):
         idempotency_key="across-restart",
     )
     # Restart in the middle of the run: two steps done, ten to go (about four seconds).
-    wait_for(lambda: (markers / f"step-{job.pk}-1-2").exists(), 20, "the job's second step", worker)
+    worker.wait_until(
+        lambda: (markers / f"step-{job.pk}-1-2").exists(), "the job's second step", timeout=20
+    )
 
     took = restart_postgresql()
     assert took < LEASE * 6
 
-    done = wait_for(lambda: _terminal(job.pk), 60, "the job to end", worker)
+    done = worker.wait_until(lambda: _terminal(job.pk), "the job to end", timeout=60)
     assert done.status == JobStatus.COMPLETE, (
         f"the job ended {done.status} ({done.error}); a database restart shorter than the "
         f"lease must not end the attempt (restart took {took:.1f} s)\n{worker.log()[-4000:]}"
@@ -272,7 +282,7 @@ def test_job_running_across_a_restart_completes_exactly_once(worker, tmp_path):
 
     # The worker carries on: another job completes, then it stops cleanly.
     next_job = submit("tests.steps", {"steps": 1}, idempotency_key="after-running-restart")
-    wait_for(lambda: _terminal(next_job.pk), 20, "a job after the restart", worker)
+    worker.wait_until(lambda: _terminal(next_job.pk), "a job after the restart", timeout=20)
     assert Job.objects.get(pk=next_job.pk).status == JobStatus.COMPLETE
     assert worker.alive()
     _assert_clean_exit(worker)

@@ -24,16 +24,10 @@ from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.vocabulary import WorkerState
-from tests.worker_support import RunJobs, WorkerPool, attempts, job, marker, wait_for
+from tests.support import wait_for
+from tests.worker_support import RunJobs, attempts, job, marker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
-
-
-@pytest.fixture
-def workers(transactional_db, db_settings_env, tmp_path):
-    """Start runjobs children; every one is killed before the test database is flushed."""
-    with WorkerPool(db_settings_env, tmp_path) as pool:
-        yield pool
 
 
 def _gated(folder: Path, **payload) -> object:

@@ -29,17 +29,10 @@ from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.vocabulary import Ownership, WorkerState
-from tests.support import db_state
-from tests.worker_support import WorkerPool, attempts, job, marker, wait_for
+from tests.support import db_state, wait_for
+from tests.worker_support import attempts, job, marker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
-
-
-@pytest.fixture
-def workers(transactional_db, db_settings_env, tmp_path):
-    """Start runjobs children; every one is killed before the test database is flushed."""
-    with WorkerPool(db_settings_env, tmp_path) as pool:
-        yield pool
 
 
 def _started(folder: Path, *job_ids) -> None:

@@ -1,4 +1,4 @@
-"""The operation registry: ``@operation(...)`` and lookups by name."""
+"""The operation registry: ``@operation(...)``, Django tasks by path, and lookups by name."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class OperationSpec:
 
 
 _registry: dict[str, OperationSpec] = {}
+_task_funcs: dict[str, Callable[..., Any]] = {}  # task path -> the function @task decorated
 _lock = threading.Lock()
 
 
@@ -39,6 +40,55 @@ def operation(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the executor of operation ``name``."""
     validation.operation(name)
+    _check_options(on_expired, max_running, timeout)
+
+    def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(func):
+            raise InputInvalid(f"@operation({name!r}) decorates a function; got {func!r}.")
+        spec = OperationSpec(name, func, on_expired, max_running, timeout, RetryPolicy.of(retry))
+        with _lock:
+            existing = _registry.get(name)
+            if existing is not None and existing.func is not func:
+                qualname = getattr(existing.func, "__qualname__", existing.func)
+                raise InputInvalid(f"Operation {name!r} is already registered by {qualname}.")
+            _registry[name] = spec
+        return func
+
+    return register
+
+
+def register_task(
+    path: str,
+    executor: Callable[..., Any],
+    *,
+    task_func: Callable[..., Any],
+    on_expired: str = "hold",
+    max_running: int | None = None,
+    timeout: float | None = None,
+    retry: Any = None,
+) -> None:
+    """Register a Django task (by its module path) as an operation run by ``executor``.
+
+    Called each time Django builds the task (``@task``, ``.using()``): the same task function
+    registers again with its latest options; another function under the same name is refused.
+    """
+    validation.operation(path)
+    _check_options(on_expired, max_running, timeout)
+    spec = OperationSpec(path, executor, on_expired, max_running, timeout, RetryPolicy.of(retry))
+    with _lock:
+        existing = _registry.get(path)
+        if existing is not None and _task_funcs.get(path) is not task_func:
+            raise InputInvalid(f"Operation {path!r} is already registered by another function.")
+        _registry[path] = spec
+        _task_funcs[path] = task_func
+
+
+def task_paths() -> list[str]:
+    """Return the module paths of the Django tasks registered as operations."""
+    return sorted(_task_funcs)
+
+
+def _check_options(on_expired: str, max_running: int | None, timeout: float | None) -> None:
     if on_expired not in ON_EXPIRED_CHOICES:
         raise InputInvalid(f"on_expired must be one of {ON_EXPIRED_CHOICES}; got {on_expired!r}.")
     if max_running is not None and (
@@ -54,21 +104,6 @@ def operation(
         raise InputInvalid(
             f"timeout must be a positive number of seconds or None; got {timeout!r}."
         )
-
-    def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        if not callable(func):
-            raise InputInvalid(f"@operation({name!r}) decorates a function; got {func!r}.")
-        policy = RetryPolicy.of(retry)
-        spec = OperationSpec(name, func, on_expired, max_running, timeout, policy)
-        with _lock:
-            existing = _registry.get(name)
-            if existing is not None and existing.func is not func:
-                qualname = getattr(existing.func, "__qualname__", existing.func)
-                raise InputInvalid(f"Operation {name!r} is already registered by {qualname}.")
-            _registry[name] = spec
-        return func
-
-    return register
 
 
 def get(name: str) -> OperationSpec | None:
@@ -88,3 +123,4 @@ def unregister(name: str) -> None:
     """Remove an operation (for tests)."""
     with _lock:
         _registry.pop(name, None)
+        _task_funcs.pop(name, None)

@@ -11,6 +11,7 @@ instead of the base database; see the `db_settings_env` fixture in conftest.py.
 import os
 from pathlib import Path
 
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -121,3 +122,10 @@ TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Django 6 has django.tasks: run @task functions through this app's backend. Any queue name is
+# allowed (an empty QUEUES list turns Django's queue check off).
+if django.VERSION >= (6, 0):
+    TASKS = {
+        "default": {"BACKEND": "django_durable_jobs.backends.DurableJobsBackend", "QUEUES": []}
+    }

@@ -24,7 +24,7 @@ LAYERS = [
     {"store"},
     {"submission", "worker"},
     {"manager"},
-    {"admin", "api", "management", "apps", "__init__"},
+    {"admin", "api", "management", "apps", "backends", "__init__"},
 ]
 LAYER_OF = {room: index for index, rooms in enumerate(LAYERS) for room in rooms}
 

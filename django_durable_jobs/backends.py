@@ -1,0 +1,361 @@
+"""``DurableJobsBackend``: Django's own Tasks API (``@task``, ``.enqueue()``), run durably.
+
+Name it in ``settings.TASKS`` and every ``@task`` function becomes a durable job: its operation
+is the task's module path, its input the task's arguments, and ``manage.py runjobs`` runs it under
+a lease like any ``@operation`` — with heartbeats, fencing, cancellation, retries and history::
+
+    TASKS = {"default": {"BACKEND": "django_durable_jobs.backends.DurableJobsBackend"}}
+
+This module is the only one that imports ``django.tasks`` (Django 6.0 or newer). Building the
+backend touches no database and no model: Django builds it when ``@task`` runs, at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import django
+
+try:
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError as exc:  # Django 5.2 has no django.tasks
+    raise ImportError(
+        f"django_durable_jobs.backends needs Django 6.0 or newer (django.tasks); this is Django "
+        f"{django.get_version()}. Upgrade Django, or enqueue work with "
+        f"django_durable_jobs.submit() and @operation, which work on Django 5.2."
+    ) from exc
+
+from django.apps import apps
+from django.core import checks
+from django.db import connections
+from django.utils import timezone
+from django.utils.json import normalize_json
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from . import registry
+from .conf import jobs_settings
+from .errors import InputInvalid
+from .retry import RetryPolicy
+from .values import Submission
+from .vocabulary import AttemptOutcomeChoice, JobStatus
+
+__all__ = ["DurableJobsBackend", "DurableTask", "discover_tasks"]
+
+OPTIONS = frozenset({"DATABASE"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DurableTask(Task):
+    """A ``Task`` with this backend's own options, given to ``@task(...)``.
+
+    ``max_attempts`` / ``retry`` (a ``RetryPolicy`` or a number of attempts): automatic retries;
+    ``timeout``: seconds an attempt may run; ``on_expired``: ``"hold"`` or ``"resume"`` an
+    expired lease; ``max_running``: jobs of this task running at once; ``idempotency_key``: a
+    string, or a callable of the task's arguments returning one, so that the same logical task
+    enqueued twice runs once.
+    """
+
+    max_attempts: int | None = None
+    retry: Any = None
+    timeout: float | None = None
+    on_expired: str = "hold"
+    max_running: int | None = None
+    idempotency_key: str | Callable[..., str] | None = None
+
+
+class DurableJobsBackend(BaseTaskBackend):
+    """Enqueue ``@task`` calls as durable jobs; read their results back from the job table."""
+
+    task_class = DurableTask
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True
+
+    @property
+    def using(self) -> str:
+        """Return the database alias of the job table (``OPTIONS["DATABASE"]`` or the setting)."""
+        return jobs_settings.database(self.options.get("DATABASE"))
+
+    # -- tasks ------------------------------------------------------------------------------------
+
+    def validate_task(self, task: Task) -> None:
+        """Check ``task`` as Django does (a ``timedelta`` ``run_after`` too) and register it.
+
+        Registering makes the task path an operation, so workers of this process claim its jobs
+        and ``max_running``, ``on_expired`` and retries apply per task.
+        """
+        if isinstance(task.run_after, timedelta):
+            if task.run_after < timedelta(0):
+                raise InvalidTask("run_after must not be a negative timedelta.")
+            super().validate_task(replace(task, run_after=None))
+        else:
+            super().validate_task(task)
+        try:
+            registry.register_task(
+                task.module_path, _executor_of(task), task_func=task.func, **_spec_options(task)
+            )
+        except InputInvalid as exc:
+            raise InvalidTask(exc.message) from exc
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Store a pending job for ``task(*args, **kwargs)`` and return its result.
+
+        Inside ``transaction.atomic()`` the job is written in your transaction: it exists only
+        if you commit. The same idempotency key with the same arguments returns the earlier job.
+        """
+        from .store import DurableJobStore
+
+        self.validate_task(task)
+        payload = _arguments(args, kwargs)
+        store = DurableJobStore(using=self.using)
+        job = store.defer(
+            task.module_path,
+            Submission.of(None, _key_of(task, payload), payload),
+            queue=task.queue_name,
+            priority=task.priority,
+            run_after=_due(task.run_after, store.clock()),
+            in_caller_transaction=connections[self.using].in_atomic_block,
+        )
+        result = self._result(task, job, [])
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: Any) -> TaskResult:
+        """Return the result of the job ``result_id`` as it is now."""
+        from .models import JobAttempt
+        from .store import DurableJobStore
+
+        try:
+            job = DurableJobStore(using=self.using).get(uuid.UUID(str(result_id)))
+        except (ValueError, InputInvalid):
+            job = None
+        task = _task_at(job.operation) if job is not None else None
+        if task is None:
+            raise TaskResultDoesNotExist(f"There is no task result {result_id}.")
+        attempts = list(
+            JobAttempt.objects.using(self.using).filter(job_id=job.pk).order_by("epoch", "id")
+        )
+        return self._result(task, job, attempts)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Report an app that is not installed and options this backend does not know."""
+        errors = []
+        if not apps.is_installed("django_durable_jobs"):
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses DurableJobsBackend, but django_durable_jobs is "
+                    f"not in INSTALLED_APPS.",
+                    hint='Add "django_durable_jobs" to INSTALLED_APPS and run migrate.',
+                    id="durable_jobs.E010",
+                )
+            )
+        unknown = sorted(set(self.options) - OPTIONS)
+        if unknown:
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS'] has unknown keys: {', '.join(unknown)}.",
+                    hint=f"DurableJobsBackend knows: {', '.join(sorted(OPTIONS))}.",
+                    id="durable_jobs.E011",
+                )
+            )
+        alias = self.options.get("DATABASE")
+        if alias is not None and alias not in connections.databases:
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['DATABASE'] names {alias!r}, which is not "
+                    f"in settings.DATABASES.",
+                    id="durable_jobs.E012",
+                )
+            )
+        return errors
+
+    # -- results ----------------------------------------------------------------------------------
+
+    def _result(self, task: Task, job: Any, attempts: list) -> TaskResult:
+        payload = json.loads(job.proposal)
+        ended = [a for a in attempts if a.outcome != AttemptOutcomeChoice.RELEASED]
+        worker_ids = [a.claimed_by or a.owner_id or "" for a in ended]
+        if job.status == JobStatus.RUNNING:
+            worker_ids.append(job.claimed_by or job.owner_id or "")
+        status = _status_of(job)
+        started = ended[0].started_at if ended else None
+        result = TaskResult(
+            task=task,
+            id=str(job.pk),
+            status=status,
+            enqueued_at=job.created_at,
+            started_at=started or (job.claimed_at if worker_ids else None),
+            last_attempted_at=job.claimed_at if worker_ids else None,
+            finished_at=job.completed_at if status in FINAL else None,
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            backend=self.alias,
+            errors=_errors_of(job, ended),
+            worker_ids=worker_ids,
+        )
+        if status == TaskResultStatus.SUCCESSFUL and job.result is not None:
+            object.__setattr__(result, "_return_value", json.loads(job.result))
+        return result
+
+
+FINAL = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
+CANCELLED_CLASS = "django_durable_jobs.errors.JobCancelled"
+
+
+def _status_of(job: Any) -> TaskResultStatus:
+    """Map a job's status; a failure with an automatic retry still to come is not final."""
+    if job.status == JobStatus.PENDING:
+        return TaskResultStatus.READY
+    if job.status == JobStatus.RUNNING:
+        return TaskResultStatus.RUNNING
+    if job.status == JobStatus.COMPLETE:
+        return TaskResultStatus.SUCCESSFUL
+    if job.status == JobStatus.FAILED and job.retry_requested_at is not None:
+        return TaskResultStatus.READY
+    return TaskResultStatus.FAILED
+
+
+def _errors_of(job: Any, attempts: list) -> list[TaskError]:
+    """Return one ``TaskError`` per failed attempt, and one for a cancellation."""
+    errors = [
+        TaskError(
+            exception_class_path=getattr(a, "error_class", "") or "builtins.Exception",
+            traceback=getattr(a, "traceback", None) or a.error or "",
+        )
+        for a in attempts
+        if a.outcome == AttemptOutcomeChoice.FAILED
+    ]
+    if job.status == JobStatus.CANCELLED:
+        errors.append(
+            TaskError(
+                exception_class_path=CANCELLED_CLASS,
+                traceback=f"The job was cancelled on request: {job.error or 'no message'}",
+            )
+        )
+    return errors
+
+
+# -- running a task -------------------------------------------------------------------------------
+
+
+def _executor_of(task: Task) -> Callable[[Any, Any], Any]:
+    """Return the executor that runs ``task`` for a worker: ``executor(ctx, payload)``."""
+
+    def run(ctx: Any, payload: Any) -> Any:
+        backend = task.get_backend()
+        result = backend.get_result(ctx.job_id)
+        object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+        task_started.send(type(backend), task_result=result)
+        args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+            value = _returned(value)
+        except BaseException:
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", timezone.now())
+            task_finished.send(type(backend), task_result=result)
+            raise
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "finished_at", timezone.now())
+        object.__setattr__(result, "_return_value", value)
+        task_finished.send(type(backend), task_result=result)
+        return value
+
+    return run
+
+
+def _returned(value: Any) -> Any:
+    try:
+        return normalize_json(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"The task returned {type(value).__name__}, which cannot be stored as JSON; return "
+            f"JSON-serialisable values (dicts, lists, strings, numbers, booleans, None)."
+        ) from exc
+
+
+def discover_tasks(using: str | None = None) -> list[str]:
+    """Import the ``tasks`` modules of installed apps, and the tasks of pending jobs by path.
+
+    ``runjobs`` calls it before claiming, so it claims every task job it can import; a job whose
+    task cannot be imported stays pending, as a job of an unregistered operation does. Return
+    the task paths now registered.
+    """
+    from .models import Job
+
+    autodiscover_modules("tasks")
+    waiting = (
+        Job.objects.using(jobs_settings.database(using))
+        .filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED])
+        .exclude(operation__in=list(registry.all_operations()))
+        .values_list("operation", flat=True)
+        .distinct()
+    )
+    for path in waiting:
+        _task_at(path)
+    return registry.task_paths()
+
+
+def _task_at(path: str) -> Task | None:
+    """Return the task at ``path`` (importing it registers it), or None when there is none."""
+    if "." not in path:
+        return None
+    try:
+        found = import_string(path)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return found if isinstance(found, Task) else None
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _spec_options(task: Task) -> dict[str, Any]:
+    if not isinstance(task, DurableTask):
+        return {}
+    retry = task.retry
+    if task.max_attempts is not None:
+        if retry is not None:
+            raise InputInvalid("Give max_attempts or retry, not both.")
+        retry = RetryPolicy(max_attempts=task.max_attempts)
+    return {
+        "on_expired": task.on_expired,
+        "max_running": task.max_running,
+        "timeout": task.timeout,
+        "retry": retry,
+    }
+
+
+def _arguments(args: Any, kwargs: Any) -> dict[str, Any]:
+    try:
+        return {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
+    except TypeError as exc:
+        raise InputInvalid(
+            f"Task arguments must be JSON-serialisable (they are stored as the job's input): {exc}."
+        ) from exc
+
+
+def _key_of(task: Task, payload: dict[str, Any]) -> str | None:
+    key = task.idempotency_key if isinstance(task, DurableTask) else None
+    if callable(key):
+        key = key(*payload["args"], **payload["kwargs"])
+    if key is not None and not isinstance(key, str):
+        raise InputInvalid(f"A task's idempotency key must be a string; got {key!r}.")
+    return key
+
+
+def _due(run_after: datetime | timedelta | None, now: datetime) -> datetime | None:
+    return now + run_after if isinstance(run_after, timedelta) else run_after

@@ -214,3 +214,11 @@ def test_the_worker_side_sends_task_started_and_task_finished_around_the_call():
         ("started", TaskResultStatus.RUNNING, 1),
         ("finished", TaskResultStatus.SUCCESSFUL, value),
     ]
+
+
+def test_aenqueue_and_aget_result_work_like_their_sync_twins():
+    from asgiref.sync import async_to_sync
+
+    result = async_to_sync(tasks.async_double.aenqueue)(4)
+    again = async_to_sync(tasks.async_double.aget_result)(result.id)
+    assert (again.id, again.status, again.args) == (result.id, TaskResultStatus.READY, [4])

@@ -128,3 +128,14 @@ def test_a_return_value_that_is_not_json_is_a_failure_that_says_so(workers):
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert "cannot be stored as JSON" in result.errors[-1].traceback
+
+
+def test_a_job_whose_task_cannot_be_imported_stays_pending(workers):
+    from django_durable_jobs.store import DurableJobStore, Submission
+
+    missing = DurableJobStore().defer(
+        "tests.testapp.tasks.no_such_task", Submission.of(None, None, {"args": [], "kwargs": {}})
+    )
+    code, worker = workers.run("--burst")
+    assert code == 0
+    assert Job.objects.get(pk=missing.pk).status == "pending"

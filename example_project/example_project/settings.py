@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-a-secret")
@@ -94,6 +96,13 @@ else:
     }
 
 DURABLE_JOBS = {"DEFAULT_SCOPE": "default"}
+
+if django.VERSION >= (6, 0):
+    # @task functions (demoapp/tasks.py) become durable jobs; Django 5.2 has no django.tasks.
+    TASKS = {"default": {"BACKEND": "django_durable_jobs.backends.DurableJobsBackend"}}
+
+# The welcome e-mail of demoapp.tasks is printed on the worker's console, not sent.
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

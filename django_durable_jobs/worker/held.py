@@ -28,9 +28,12 @@ class HeldState(StrEnum):
 class Held:
     """A claim this process holds, and what its executor should know of it.
 
-    ``cancel`` is the executor's ``ctx.cancelled``: set by a cancellation request or a lost
-    lease. ``expires_at`` follows the lease as heartbeats renew it. ``done`` is set, and
-    ``report`` filled in, once the attempt ended.
+    ``cancel`` is the executor's ``ctx.cancelled``: set by a cancellation request, a lost lease
+    or the attempt's timeout. ``expires_at`` follows the lease as heartbeats renew it. ``done``
+    is set, and ``report`` filled in, once the attempt ended. ``started`` and ``deadline`` are
+    ``time.monotonic()`` values, set when the attempt starts (``deadline`` only for an operation
+    with a timeout); ``abandoned`` once the worker gave up waiting for its executor (see
+    ``watchdog.py``).
     """
 
     claim: Claimed
@@ -41,6 +44,10 @@ class Held:
     expires_at: datetime = field(init=False)
     report: AttemptReport | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    started: float | None = None
+    timeout: float | None = None  # the operation's timeout, in seconds, if it has one
+    deadline: float | None = None  # started + timeout
+    abandoned: bool = False
 
     def __post_init__(self) -> None:
         self.expires_at = self.claim.lease.expires_at

@@ -3,12 +3,13 @@
 The fetch loop (``run``) claims into a prefetch buffer, never more than the job threads and the
 buffer have room for; job threads run what it holds (``_run_attempt``, with the rules of
 ``attempt.py``); the completer (``completer.py``) writes outcomes in batches; the heartbeat
-(``heartbeat.py``) renews every held lease at once (``holdings.py``); ``shutdown.py`` stops it
-all gracefully.
+(``heartbeat.py``) renews every held lease at once (``holdings.py``); the watchdog
+(``watchdog.py``) enforces operations' timeouts; ``shutdown.py`` stops it all gracefully.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -35,6 +36,7 @@ from .holdings import Holdings
 from .listener import NotifyListener
 from .reports import AttemptEnd, AttemptReport, log
 from .shutdown import ShutdownMixin
+from .watchdog import TIMEOUT_GRACE, TimeoutMixin, Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -53,6 +55,7 @@ class WorkerOptions:
     max_jobs: int | None = None
     scope: str | None = None
     grace: float = 30.0
+    timeout_grace: float = TIMEOUT_GRACE  # a timed-out attempt's time to stop before abandonment
     using: str | None = None
     actor: str | None = None
     status_every: float | None = None
@@ -71,6 +74,8 @@ class WorkerOptions:
             raise ValueError("--max-jobs must be at least 1.")
         if self.grace < 0:
             raise ValueError("--grace must not be negative.")
+        if not self.timeout_grace >= 0:
+            raise ValueError("--timeout-grace must not be negative.")
         unknown = [op for op in self.operations or [] if registry.get(op) is None]
         if unknown:
             known = ", ".join(sorted(registry.all_operations())) or "none"
@@ -79,12 +84,13 @@ class WorkerOptions:
             )
 
 
-class Worker(ShutdownMixin):
+class Worker(ShutdownMixin, TimeoutMixin):
     """A ``runjobs`` process: one store (one owner id), many job threads, one heartbeat loop.
 
     The fetch loop claims in batches into a prefetch buffer, job threads run what it holds, and
     the completer writes their outcomes in batches. Every claim stays in ``holdings`` (and so
-    keeps its lease renewed) until its outcome committed or it was released.
+    keeps its lease renewed) until its outcome committed or it was released. The watchdog
+    cancels attempts past their operation's timeout and abandons those that run on.
     """
 
     def __init__(
@@ -130,6 +136,12 @@ class Worker(ShutdownMixin):
         self.completer = Completer(
             self.store, on_recorded=self._recorded, retry_until=self._flush_may_succeed
         )
+        self.watchdog = Watchdog(
+            options.timeout_grace, on_deadline=self._deadline_passed, on_grace_over=self._abandon
+        )
+        self.thread_numbers = itertools.count(1)  # names of job threads, replacements included
+        self.abandoned = 0  # job threads given up on after a timeout (guarded by the lock)
+        self.abandoned_running = 0  # ... whose executors have not returned yet
 
     # -- the fetch loop ------------------------------------------------------------------------
 
@@ -144,9 +156,9 @@ class Worker(ShutdownMixin):
             NotifyListener(self.using, self.wake, self.stopped).start()
         self.heartbeat.start()
         self.completer.start()
-        for n in range(self.options.concurrency):
-            name = f"durable-jobs-{n + 1}"
-            threading.Thread(target=self._job_thread, name=name, daemon=True).start()
+        self.watchdog.start()
+        for _ in range(self.options.concurrency):
+            self._start_job_thread()
         logger.info("worker %s started (owner %s)", self.store.actor, self.store.owner_id)
         clean = False
         try:
@@ -154,6 +166,7 @@ class Worker(ShutdownMixin):
             clean = True
         finally:
             self.stopped.set()
+            self.watchdog.stop()
             self.heartbeat.stop()
             for _ in range(self.options.concurrency):
                 self.buffer.put(None)  # idle job threads exit; busy ones die with the process
@@ -162,6 +175,12 @@ class Worker(ShutdownMixin):
             self.heartbeat.join(timeout=self.options.lease_seconds)
             if clean:  # a crashed worker's row must go stale, not claim a clean stop
                 self._sign_off()
+            if self.abandoned:
+                logger.warning(
+                    "stopped with %d abandoned job thread(s), %d still running",
+                    self.abandoned,
+                    self.abandoned_running,
+                )
             close_thread_connections()
         return 0
 
@@ -244,8 +263,16 @@ class Worker(ShutdownMixin):
             self.claimed += 1
         self.buffer.put(entry)
 
+    def _start_job_thread(self) -> None:
+        name = f"durable-jobs-{next(self.thread_numbers)}"
+        threading.Thread(target=self._job_thread, name=name, daemon=True).start()
+
     def _job_thread(self) -> None:
-        """Run jobs one after another on one long-lived database connection."""
+        """Run jobs one after another on one long-lived database connection.
+
+        A thread whose attempt was abandoned ends once its executor returns: another thread
+        took its place.
+        """
         try:
             while (entry := self.buffer.get()) is not None:
                 with self.holdings.lock:
@@ -254,11 +281,13 @@ class Worker(ShutdownMixin):
                         self.wake.set()
                         continue
                     self.holdings.move(entry, HeldState.RUNNING)
-                self._run_attempt(entry)
+                if not self._run_attempt(entry):
+                    return
         finally:
             close_thread_connections()
 
-    def _run_attempt(self, entry: Held) -> None:
+    def _run_attempt(self, entry: Held) -> bool:
+        """Run ``entry``'s attempt and hand its outcome over; False if it was abandoned meanwhile."""
         lease = entry.lease
         job = entry.claim.job
         logger.debug(
@@ -268,7 +297,8 @@ class Worker(ShutdownMixin):
             job.attempts,
             lease.epoch,
         )
-        started = time.monotonic()
+        spec = registry.get(job.operation)
+        self._watch(entry, spec.timeout if spec else None)
         try:
             entry.ctx = context_of(
                 self.store,
@@ -280,14 +310,21 @@ class Worker(ShutdownMixin):
         except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
             logger.exception("job %s could not be run", lease.job_id)
             outcome = Outcome.failed(lease, message_of(exc))
-        duration = time.monotonic() - started
+        outcome = self._timed_out(entry, outcome)
+        duration = time.monotonic() - entry.started
+        with self.holdings.lock:
+            abandoned = entry.abandoned
+            if not abandoned:
+                self.holdings.move(entry, HeldState.FINISHING)
+        if abandoned:  # its job was failed without it: nothing of this attempt is recorded
+            self._discard(entry, duration)
+            return False
         if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
             self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.COMPLETE, duration))
-            return
-        with self.holdings.lock:
-            self.holdings.move(entry, HeldState.FINISHING)
+            return True
         self.wake.set()
         self.completer.put(Finished(entry, outcome, duration))
+        return True
 
     def _recorded(self, entry: Held, report: AttemptReport) -> None:
         """Forget ``entry`` once its outcome committed (or could not be written)."""
@@ -322,7 +359,13 @@ class Worker(ShutdownMixin):
     def status_line(self) -> str:
         done = ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"
         counts = self.holdings.counts
+        abandoned = (
+            f" abandoned={self.abandoned} (still running {self.abandoned_running})"
+            if self.abandoned
+            else ""
+        )
         return (
             f"runjobs {self.store.actor}: running={counts[HeldState.RUNNING]} "
             f"buffered={counts[HeldState.BUFFERED]} claimed={self.claimed} finished: {done}"
+            f"{abandoned}"
         )

@@ -44,6 +44,11 @@ class ShutdownMixin:
             self.announced = True
             running = self.holdings.counts[HeldState.RUNNING]
             logger.info("stopping: %d job(s) still running", running)
+            if self.abandoned_running:
+                logger.warning(
+                    "stopping: %d abandoned job thread(s) still running; they end with the process",
+                    self.abandoned_running,
+                )
         self._release_unstarted()
         if self.cancel_requested.is_set():
             self._cancel_running()

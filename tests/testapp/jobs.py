@@ -103,3 +103,35 @@ def gate(ctx, payload):
             raise RuntimeError("the test never opened the gate")
         time.sleep(0.02)
     return {"opened": True, "attempt": ctx.attempt}
+
+
+@operation("tests.stubborn", timeout=0.5)
+def stubborn(ctx, payload):
+    """Wait for ``open-<job id>`` (or ``seconds``) without looking at ``ctx`` at all, then write.
+
+    Times out after 0.5 s. Once the gate opens it tries a checkpoint and notes in the marker
+    ``returned-<job id>`` whether it was ``accepted`` or refused.
+    """
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}")
+    opened = Path(payload["markers"], f"open-{ctx.job_id}")
+    deadline = time.monotonic() + payload.get("seconds", 30)
+    while not opened.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        ctx.checkpoint({"late": True})
+        written = "accepted"
+    except Exception as exc:  # noqa: BLE001 - the test reads what happened
+        written = f"refused: {type(exc).__name__}"
+    _touch(payload, f"returned-{ctx.job_id}", written)
+    return {"returned": True}
+
+
+@operation("tests.polite", timeout=0.5)
+def polite(ctx, payload):
+    """Run ``seconds`` (default 30), stopping as soon as ``ctx.cancelled``; times out after 0.5 s."""
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}")
+    deadline = time.monotonic() + payload.get("seconds", 30)
+    while time.monotonic() < deadline:
+        ctx.raise_if_cancelled()
+        time.sleep(0.02)
+    return {"finished": True}

@@ -7,10 +7,14 @@ import signal
 import subprocess
 import sys
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import jobs_settings
 from ...worker import Worker, WorkerOptions
+from ...worker.watchdog import TIMEOUT_GRACE
+
+DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
 
 
 class Command(BaseCommand):
@@ -40,6 +44,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--poll", type=float, default=1.0, help="poll interval seconds")
         parser.add_argument("--grace", type=float, default=30.0, help="shutdown grace seconds")
+        parser.add_argument(
+            "--timeout-grace",
+            type=float,
+            default=TIMEOUT_GRACE,
+            help="seconds a job past its operation's timeout gets to stop after it was cancelled, "
+            f"before it is failed and its thread abandoned (default {TIMEOUT_GRACE:g})",
+        )
         parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
         parser.add_argument("--max-jobs", type=int, default=None, help="exit after N jobs")
         parser.add_argument("--scope", default=None, help="only jobs of this scope")
@@ -61,10 +72,12 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             scope=options["scope"],
             grace=options["grace"],
+            timeout_grace=options["timeout_grace"],
             using=options["database"],
             status_every=10.0 if options["verbosity"] >= 2 else None,
         )
         _log_to_stderr(options["verbosity"])
+        _discover_tasks(options["database"])
         try:
             worker = Worker(worker_options, report=lambda line: self.stdout.write(line))
         except ValueError as exc:
@@ -95,6 +108,20 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
         return max(child.wait() for child in children)
+
+
+def _discover_tasks(using: str | None) -> None:
+    """Register the Django tasks this worker can run, when a ``TASKS`` backend is this app's.
+
+    Without it, ``@task`` modules are imported only when something imports them, and their jobs
+    would wait for a worker that never claims them.
+    """
+    backends = getattr(settings, "TASKS", {}) or {}
+    if not any(cfg.get("BACKEND") == DURABLE_BACKEND for cfg in backends.values()):
+        return
+    from ...backends import discover_tasks
+
+    discover_tasks(using)
 
 
 def _without_option(argv: list[str], name: str) -> list[str]:

@@ -137,6 +137,10 @@ class JobAttempt(models.Model):
     ended_at = models.DateTimeField()
     outcome = models.CharField(max_length=16, choices=AttemptOutcomeChoice.choices)
     error = models.TextField(null=True, blank=True)
+    # A failure caused by an exception: its class path (``builtins.ValueError``) and its
+    # traceback, bounded in size (the store keeps the head and the tail); empty and None otherwise.
+    error_class = models.CharField(max_length=255, blank=True, default="")
+    traceback = models.TextField(null=True, blank=True)
     snapshot = models.JSONField()
 
     class Meta:

@@ -54,7 +54,10 @@ def job_columns(job: Job) -> dict[str, Any]:
 
 
 def attempt_data(attempt: JobAttempt) -> dict[str, Any]:
-    """Return one ended attempt: its epoch, how it ended, who ran it and when."""
+    """Return one ended attempt: its epoch, how it ended, who ran it and when.
+
+    A failure an exception caused also names the exception's class and keeps its traceback.
+    """
     return {
         "epoch": attempt.epoch,
         "outcome": attempt.outcome,
@@ -63,4 +66,6 @@ def attempt_data(attempt: JobAttempt) -> dict[str, Any]:
         "started_at": attempt.started_at,
         "ended_at": attempt.ended_at,
         "error": attempt.error,
+        "error_class": attempt.error_class,
+        "traceback": attempt.traceback,
     }

@@ -116,22 +116,34 @@ class Claimed:
 class Outcome:
     """How one attempt ended, for ``DurableJobStore.record_outcomes``; build it with a constructor.
 
-    ``complete`` carries the result as JSON text, ``failed`` the error message; ``cancelled``
-    acknowledges a recorded cancellation request.
+    ``complete`` carries the result as JSON text, ``failed`` the error message and, when an
+    exception caused it, the exception's class path and traceback; ``cancelled`` acknowledges a
+    recorded cancellation request. Two outcomes compare equal whatever their tracebacks: those
+    are evidence for the attempt's history row, not part of what the outcome says.
     """
 
     lease: Lease
     status: str
     result_json: str | None = None
     error: str | None = None
+    error_class: str = field(default="", compare=False)
+    traceback: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def completed(cls, lease: Lease, result_json: str) -> Outcome:
         return cls(lease, AttemptOutcomeChoice.COMPLETE, result_json=result_json)
 
     @classmethod
-    def failed(cls, lease: Lease, error: str) -> Outcome:
-        return cls(lease, AttemptOutcomeChoice.FAILED, error=error)
+    def failed(
+        cls, lease: Lease, error: str, *, error_class: str = "", traceback: str | None = None
+    ) -> Outcome:
+        return cls(
+            lease,
+            AttemptOutcomeChoice.FAILED,
+            error=error,
+            error_class=error_class,
+            traceback=traceback,
+        )
 
     @classmethod
     def cancelled(cls, lease: Lease) -> Outcome:

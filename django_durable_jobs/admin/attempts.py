@@ -6,12 +6,33 @@ from django.contrib import admin
 
 from ..models import JobAttempt
 from .base import LARGE_TEXT, ReadOnly, ReadOnlyAdmin
+from .format import stored_text
 from .paginator import EstimatedCountPaginator
+
+
+@admin.display(description="traceback")
+def traceback_shown(obj: JobAttempt):
+    """Return the traceback of a failure an exception caused, escaped in a ``<pre>``."""
+    return stored_text(obj.traceback)
+
+
+# What an attempt shows of itself, on the job page (inline) and on its own page.
+ATTEMPT_FIELDS = (
+    "epoch",
+    "outcome",
+    "claimed_by",
+    "owner_id",
+    "started_at",
+    "ended_at",
+    "error",
+    "error_class",
+    traceback_shown,
+)
 
 
 class JobAttemptInline(ReadOnly, admin.TabularInline):
     model = JobAttempt
-    fields = ("epoch", "outcome", "claimed_by", "owner_id", "started_at", "ended_at", "error")
+    fields = ATTEMPT_FIELDS
     readonly_fields = fields
     ordering = ("-epoch", "-id")
     extra = 0
@@ -21,15 +42,26 @@ class JobAttemptInline(ReadOnly, admin.TabularInline):
 
 @admin.register(JobAttempt)
 class JobAttemptAdmin(ReadOnlyAdmin):
-    list_display = ("job", "operation", "epoch", "outcome", "claimed_by", "started_at", "ended_at")
+    list_display = (
+        "job",
+        "operation",
+        "epoch",
+        "outcome",
+        "error_class",
+        "claimed_by",
+        "started_at",
+        "ended_at",
+    )
     list_filter = ("outcome", "job__operation")
     list_select_related = ("job",)
     ordering = ("-ended_at", "-id")
     show_full_result_count = False
     paginator = EstimatedCountPaginator
+    fields = ("job", *ATTEMPT_FIELDS, "snapshot")
+    readonly_fields = fields
 
     def get_queryset(self, request):
-        large = ("snapshot", "error", *(f"job__{name}" for name in LARGE_TEXT))
+        large = ("snapshot", "error", "traceback", *(f"job__{name}" for name in LARGE_TEXT))
         return super().get_queryset(request).defer(*large)
 
     @admin.display(description="operation", ordering="job__operation")

@@ -105,6 +105,14 @@ class AttemptOut(Schema):
     ended_at: datetime
     outcome: Outcome
     error: str | None
+    error_class: str = Field(
+        description="The class path of the exception that failed the attempt "
+        '(e.g. "builtins.ValueError"); empty when no exception did.'
+    )
+    traceback: str | None = Field(
+        description="The exception's traceback, its middle cut when it was long; null when no "
+        "exception failed the attempt."
+    )
 
 
 class ActionOut(Schema):

@@ -25,8 +25,19 @@ from .fence import _lease_lost
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
 
 
-def _attempt_of(job: Job, now: datetime, outcome: str, error: str | None) -> JobAttempt:
-    """Return the (unsaved) history row of ``job``'s attempt, ended now with ``outcome``."""
+def _attempt_of(
+    job: Job,
+    now: datetime,
+    outcome: str,
+    error: str | None,
+    *,
+    error_class: str = "",
+    traceback: str | None = None,
+) -> JobAttempt:
+    """Return the (unsaved) history row of ``job``'s attempt, ended now with ``outcome``.
+
+    A failure an exception caused also keeps the exception's class path and traceback.
+    """
     return JobAttempt(
         job_id=job.pk,
         epoch=job.fencing_epoch,
@@ -36,6 +47,8 @@ def _attempt_of(job: Job, now: datetime, outcome: str, error: str | None) -> Job
         ended_at=now,
         outcome=outcome,
         error=error,
+        error_class=error_class,
+        traceback=traceback,
         snapshot=_snapshot(job),
     )
 
@@ -197,8 +210,10 @@ class StoreBase:
                 f"try again when one finishes."
             )
 
-    def _record_attempt(self, job: Job, now: datetime, outcome: str, error: str | None) -> None:
-        _attempt_of(job, now, outcome, error).save(using=self.using, force_insert=True)
+    def _record_attempt(
+        self, job: Job, now: datetime, outcome: str, error: str | None, **failure: Any
+    ) -> None:
+        _attempt_of(job, now, outcome, error, **failure).save(using=self.using, force_insert=True)
 
     def _take(self, row: Job, now: datetime, *, new_attempt: bool) -> Lease:
         """Make this client the owner of ``row`` at the next epoch (a locked row)."""
@@ -246,8 +261,21 @@ class StoreBase:
             .exists()
         )
 
-    def _end(self, row: Job, now: datetime, status: str, **changes: Any) -> None:
-        """Move the locked, fenced ``row`` to a terminal status and record its attempt."""
+    def _end(
+        self,
+        row: Job,
+        now: datetime,
+        status: str,
+        *,
+        error_class: str = "",
+        traceback: str | None = None,
+        **changes: Any,
+    ) -> None:
+        """Move the locked, fenced ``row`` to a terminal status and record its attempt.
+
+        ``changes`` are the row's new values; ``error_class`` and ``traceback`` go to the
+        attempt's history row only.
+        """
         changes.update(status=status, completed_at=now)
         for name, value in changes.items():
             setattr(row, name, value)
@@ -263,7 +291,9 @@ class StoreBase:
         )
         if matched != 1:
             raise LeaseLost(f"Job {row.pk} changed under its lock; nothing was written.")
-        self._record_attempt(row, now, status, changes.get("error"))
+        self._record_attempt(
+            row, now, status, changes.get("error"), error_class=error_class, traceback=traceback
+        )
 
     def _end_fenced(self, lease: Lease, status: str, guard=None, then=None, **changes: Any) -> None:
         """End the attempt under the lease's fence; ``guard(row)`` may refuse first, and

@@ -27,6 +27,7 @@ from ..values import Claimed, Lease, Outcome, Recorded
 from ..vocabulary import AttemptOutcomeChoice, JobStatus, is_authentic_pending, proposal_defect
 from .base import StoreBase, _attempt_of, _loss_of
 from .batch_sql import DECREMENT, ClaimStatement, JobRows, insert_attempts
+from .outcomes import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS
 
 RELEASED = AttemptOutcomeChoice.RELEASED
 RELEASED_ERROR = "Released unstarted by a stopping worker; no code of this attempt ran."
@@ -165,7 +166,7 @@ class BatchMixin(StoreBase):
             rows = JobRows(self.using, self.scope).get(
                 (o.lease.job_id for o in outcomes), lock=True
             )
-            ended: list[tuple[Lease, Job]] = []
+            ended: list[tuple[Outcome, Job]] = []
             each: dict[str, dict[Any, Any]] = {"status": {}, "result": {}, "error": {}}
             for outcome in outcomes:
                 row = rows.get(outcome.lease.job_id)
@@ -178,12 +179,12 @@ class BatchMixin(StoreBase):
                     each["result"][row.pk] = row.result
                 elif row.status == JobStatus.FAILED:
                     each["error"][row.pk] = row.error
-                ended.append((outcome.lease, row))
+                ended.append((outcome, row))
                 recorded.append(Recorded(outcome, row.status, error=row.error))
             complete = {pk for pk, status in each["status"].items() if status == JobStatus.COMPLETE}
             each["progress"] = dict.fromkeys(complete, 100.0)
             matched = JobRows(self.using, self.scope).update_fenced(
-                [lease for lease, _ in ended],
+                [outcome.lease for outcome, _ in ended],
                 {"completed_at": now},
                 owner_id=self.owner_id,
                 unexpired_at=now,
@@ -193,7 +194,17 @@ class BatchMixin(StoreBase):
                 raise LeaseLost(
                     "Rows changed under their locks while ending attempts; nothing was written."
                 )
-            history = [_attempt_of(row, now, row.status, row.error) for _, row in ended]
+            history = [
+                _attempt_of(
+                    row,
+                    now,
+                    row.status,
+                    row.error,
+                    error_class=outcome.error_class,
+                    traceback=outcome.traceback,
+                )
+                for outcome, row in ended
+            ]
             insert_attempts(self.using, history)
             for _, row in ended:
                 if row.status == JobStatus.FAILED:
@@ -279,6 +290,26 @@ def _check_outcome(outcome: Any) -> None:
             raise InputInvalid("A failure needs a message saying what went wrong.")
         validation.encodable(outcome.error, "error message")
         validation.check_size(outcome.error, "error message")
+        _check_failure_details(outcome)
+
+
+def _check_failure_details(outcome: Outcome) -> None:
+    """Refuse an exception's class path or traceback that its history row could not hold."""
+    if not isinstance(outcome.error_class, str) or len(outcome.error_class) > ERROR_CLASS_MAX:
+        raise InputInvalid(
+            f"A failure's error class is a class path of at most {ERROR_CLASS_MAX} characters."
+        )
+    text = outcome.traceback
+    if text is None:
+        return
+    if not isinstance(text, str) or "\x00" in text:
+        raise InputInvalid("A failure's traceback is text without NUL characters, or None.")
+    validation.encodable(text, "traceback")
+    if len(text) > TRACEBACK_MAX_CHARS:
+        raise InputInvalid(
+            f"A failure's traceback is {len(text)} characters, over {TRACEBACK_MAX_CHARS}; "
+            f"keep its head and tail (traceback_text(exc) does)."
+        )
 
 
 def _end(outcome: Outcome, row: Job, now: datetime) -> None:

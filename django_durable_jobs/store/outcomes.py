@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +26,11 @@ from ..vocabulary import (
 )
 from .base import StoreBase, _snapshot
 from .fence import _lease_lost, _verify_fence
+
+# A history row keeps at most this much of a failure's traceback, and of its class path.
+TRACEBACK_MAX_CHARS = 32_000
+ERROR_CLASS_MAX = 255
+_CUT = "\n… {} characters cut …\n"
 
 
 class OutcomeMixin(StoreBase):
@@ -66,9 +72,19 @@ class OutcomeMixin(StoreBase):
         self._end_fenced(lease, JobStatus.COMPLETE, result=result_text(result), progress=100.0)
 
     def fail(self, lease: Lease, error: Any) -> None:
-        """Record a failure: running → failed with ``error`` as the message."""
+        """Record a failure: running → failed with ``error`` as the message.
+
+        When ``error`` is an exception, its attempt's history row also keeps its class path and
+        its traceback (bounded: :func:`traceback_text`).
+        """
         message = _error_text(error)
-        self._end_fenced(lease, JobStatus.FAILED, then=self._schedule_retry, error=message)
+        self._end_fenced(
+            lease,
+            JobStatus.FAILED,
+            then=self._schedule_retry,
+            error=message,
+            **failure_details(error),
+        )
 
     def _schedule_retry(self, row: Job, now: datetime) -> None:
         """Ask for another attempt after the backoff when the operation's retry policy allows."""
@@ -290,6 +306,36 @@ def result_text(result: Any) -> str:
         raise InputInvalid(f"The result cannot be stored as JSON: {exc}.") from exc
     validation.check_size(text, "result")
     return text
+
+
+def failure_details(error: Any) -> dict[str, Any]:
+    """Return what a failure's history row keeps of ``error``: an exception's class path and
+    traceback (``error_class``, ``traceback``); nothing for an error given as text."""
+    if not isinstance(error, BaseException):
+        return {}
+    return {"error_class": error_class_path(error), "traceback": traceback_text(error)}
+
+
+def error_class_path(error: BaseException) -> str:
+    """Return the class path of ``error``: ``builtins.ValueError``, ``myapp.jobs.Refused``."""
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"[:ERROR_CLASS_MAX]
+
+
+def traceback_text(error: BaseException) -> str:
+    """Return the traceback of ``error`` as text the store always accepts, bounded in size.
+
+    A longer one keeps its first and last lines with a marker saying how much was cut between:
+    the last frames, where it was raised, matter most. Characters no database column holds (NUL,
+    lone surrogates) are replaced.
+    """
+    text = "".join(traceback.format_exception(error))
+    text = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if len(text) <= TRACEBACK_MAX_CHARS:
+        return text
+    head = TRACEBACK_MAX_CHARS // 4
+    tail = TRACEBACK_MAX_CHARS - head - len(_CUT.format(len(text)))  # the widest marker
+    return text[:head] + _CUT.format(len(text) - head - tail) + text[-tail:]
 
 
 def _error_text(error: Any) -> str:

@@ -5,13 +5,13 @@ registered with ``@operation``, or the one given to ``JobManager``. Whatever it 
 :class:`~django_durable_jobs.values.Outcome`: return → ``complete`` (even after a late
 cancellation request: finished work is recorded as finished); ``JobCancelled`` → ``cancelled``
 (when a request was recorded; otherwise ``failed``); any other exception → ``failed`` with its
-message. The store writes it only while the lease holds: a lost lease writes nothing, and the
-report says ``lease-lost``.
+message, and the exception's class path and traceback for the attempt's history row (the report
+of a failed attempt is logged at WARNING with that traceback). The store writes it only while the
+lease holds: a lost lease writes nothing, and the report says ``lease-lost``.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import registry
 from ..errors import InputInvalid, JobCancelled
-from ..store.outcomes import result_text
+from ..store.outcomes import failure_details, result_text
 from ..values import Claimed, Lease, Outcome
 from .connections import persist
 from .context import JobContext
@@ -28,8 +28,6 @@ from .reports import AttemptEnd, AttemptReport, log, report_recorded
 
 if TYPE_CHECKING:
     from ..store import DurableJobStore
-
-logger = logging.getLogger("django_durable_jobs.worker")
 
 ERROR_MAX_CHARS = 10_000
 
@@ -129,17 +127,18 @@ def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:
             return Outcome.failed(lease, f"The executor's result was refused: {exc.message}")
     if how is ExecutorExit.STOPPED:
         return Outcome.cancelled(lease)
-    return Outcome.failed(lease, message_of(value))
+    return Outcome.failed(lease, message_of(value), **failure_details(value))
 
 
 def message_of(error: Any) -> str:
     """Return ``error`` as a failure message the store always accepts.
 
-    Bounded in length, and with characters that have no UTF-8 form (lone surrogates) replaced:
+    Bounded in length, and with characters that have no UTF-8 form (lone surrogates) or that
+    PostgreSQL cannot store (NUL) replaced:
     the worker writes outcomes in batches, where one refused message would refuse them all.
     """
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    text = text.encode("utf-8", "replace").decode("utf-8").strip()
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd").strip()
     text = text or "The executor failed without a message."
     return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
 
@@ -151,8 +150,7 @@ def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:
     except JobCancelled:
         return ExecutorExit.STOPPED, None
     except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure
-        logger.debug("executor of %s raised", ctx.job_id, exc_info=True)
-        return ExecutorExit.RAISED, exc
+        return ExecutorExit.RAISED, exc  # logged with its traceback once the attempt ends
     if ctx.completed:
         return ExecutorExit.COMPLETED_ITSELF, None
     return ExecutorExit.RETURNED, value

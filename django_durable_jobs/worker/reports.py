@@ -1,13 +1,14 @@
 """How an attempt ended, as the process that ran it reports it: ``AttemptReport`` and its log line.
 
 A report is made once the attempt's outcome committed, could not be written, or was never
-needed; the worker counts it, ``JobManager.report()`` returns it, and both log it the same way.
+needed; the worker counts it, ``JobManager.report()`` returns it, and both log it the same way:
+at INFO, or at WARNING with the traceback for a failed attempt.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -36,7 +37,11 @@ class AttemptEnd(StrEnum):
 
 @dataclass(frozen=True)
 class AttemptReport:
-    """One attempt that ended: which, how (``outcome``), after how long, and the error if any."""
+    """One attempt that ended: which, how (``outcome``), after how long, and the error if any.
+
+    ``traceback`` is the exception's when the executor raised (as the history row keeps it); two
+    reports compare equal whatever their tracebacks.
+    """
 
     job_id: Any
     operation: str
@@ -45,14 +50,30 @@ class AttemptReport:
     outcome: AttemptEnd
     duration: float
     error: str | None = None
+    traceback: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(
-        cls, claim: Claimed, outcome: AttemptEnd, duration: float, error: str | None = None
+        cls,
+        claim: Claimed,
+        outcome: AttemptEnd,
+        duration: float,
+        error: str | None = None,
+        *,
+        traceback: str | None = None,
     ) -> AttemptReport:
         """Return the report of ``claim``'s attempt."""
         job, lease = claim.job, claim.lease
-        return cls(lease.job_id, job.operation, job.attempts, lease.epoch, outcome, duration, error)
+        return cls(
+            lease.job_id,
+            job.operation,
+            job.attempts,
+            lease.epoch,
+            outcome,
+            duration,
+            error,
+            traceback,
+        )
 
 
 # The name of AttemptReport before the worker's words were sorted out; kept for imports.
@@ -67,13 +88,15 @@ def report_recorded(claim: Claimed, recorded: Recorded, duration: float) -> Atte
         end, error = AttemptEnd.LEASE_LOST, recorded.refusal.message
     else:
         end, error = AttemptEnd.UNRECORDED, str(recorded.refusal)
-    return AttemptReport.of(claim, end, duration, error)
+    return AttemptReport.of(claim, end, duration, error, traceback=recorded.outcome.traceback)
 
 
 def log(report: AttemptReport) -> None:
-    """Log one line for an attempt that ended."""
-    logger.info(
-        "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s",
+    """Log one line for an attempt that ended; a failed one at WARNING, with its traceback."""
+    failed = report.outcome == AttemptEnd.FAILED
+    logger.log(
+        logging.WARNING if failed else logging.INFO,
+        "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s%s",
         report.job_id,
         report.operation,
         report.attempt,
@@ -81,4 +104,5 @@ def log(report: AttemptReport) -> None:
         report.outcome,
         report.duration,
         f" error={report.error}" if report.error else "",
+        f"\n{report.traceback.rstrip()}" if report.traceback else "",
     )

@@ -141,11 +141,15 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
     lines += ["", f"attempts ({len(data['attempt_history'])}, newest first):"]
     for a in data["attempt_history"]:
         ended = age(datetime.fromisoformat(a["ended_at"]), now)
+        raised = f"  raised {a['error_class']}" if a["error_class"] else ""
         lines.append(
             f"  epoch {a['epoch']}  {a['outcome']}  by {a['claimed_by'] or '-'}  ended {ended}"
+            f"{raised}"
         )
         if a["error"]:
             lines.append(_indent(a["error"], "      "))
+        if a["traceback"]:
+            lines.append(_indent(a["traceback"].rstrip(), "      "))
     return "\n".join(lines)
 
 

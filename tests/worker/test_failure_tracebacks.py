@@ -1,0 +1,120 @@
+"""A failed attempt keeps its traceback, and its process logs it at WARNING, for tasks and operations.
+
+The real ``runjobs`` (a subprocess) and ``JobManager`` (threads in this process) both store the
+exception's class path and traceback on the failed attempt's history row and log the failure at
+WARNING with the traceback; other endings log at INFO, without one.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from django_durable_jobs import submit
+from django_durable_jobs.manager import JobManager
+from django_durable_jobs.models import JobAttempt
+from django_durable_jobs.values import Claimed, Lease, Outcome, Recorded
+from django_durable_jobs.worker.attempt import ExecutorExit, outcome_of
+from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport, log, report_recorded
+from tests.support import submission, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LOGGER = "django_durable_jobs.worker"
+RAISING_LINE = 'raise RuntimeError(payload.get("message", "boom"))'  # tests/testapp/jobs.py
+
+
+class _Row:
+    operation = "tests.op"
+    attempts = 1
+
+
+LEASE = Lease(uuid.uuid4(), "owner-1", 1, None)
+CLAIM = Claimed(LEASE, _Row())
+
+
+def _raised() -> Exception:
+    try:
+        raise ValueError("bad input")
+    except ValueError as exc:
+        return exc
+
+
+# -- the rules, in this process --------------------------------------------------------------------
+
+
+def test_an_executor_that_raised_gives_a_failure_with_class_and_traceback():
+    outcome = outcome_of(LEASE, ExecutorExit.RAISED, _raised())
+    assert (outcome.error, outcome.error_class) == ("ValueError: bad input", "builtins.ValueError")
+    assert outcome.traceback.startswith("Traceback (most recent call last):")
+    assert "in _raised" in outcome.traceback
+    refused = outcome_of(LEASE, ExecutorExit.RETURNED, object())  # failed, but nothing raised
+    assert (refused.status, refused.error_class, refused.traceback) == ("failed", "", None)
+
+
+def test_a_failure_is_logged_at_warning_with_its_traceback(caplog):
+    outcome = outcome_of(LEASE, ExecutorExit.RAISED, _raised())
+    report = report_recorded(CLAIM, Recorded(outcome, "failed", error=outcome.error), 0.5)
+    assert report.traceback == outcome.traceback
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        log(report)
+        log(AttemptReport.of(CLAIM, AttemptEnd.COMPLETE, 0.25))
+    failed, complete = caplog.records
+    assert failed.levelno == logging.WARNING
+    first, *rest = failed.getMessage().splitlines()
+    assert first.endswith("outcome=failed duration=0.500s error=ValueError: bad input")
+    assert "\n".join(rest) == outcome.traceback.rstrip()
+    assert complete.levelno == logging.INFO and "\n" not in complete.getMessage()
+
+
+def test_a_failure_without_a_traceback_is_still_a_warning(caplog):
+    report = report_recorded(CLAIM, Recorded(Outcome.failed(LEASE, "no"), "failed", error="no"), 0)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        log(report)
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and record.getMessage().endswith("error=no")
+
+
+# -- JobManager ------------------------------------------------------------------------------------
+
+
+def test_job_manager_stores_and_logs_the_traceback(caplog):
+    manager = JobManager(lease_seconds=5)
+
+    def explode(ctx):
+        raise KeyError("no such account")
+
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        job_id = manager.start_job("tests.manager", explode, submission(key="tb"))
+        assert manager.wait(job_id, 15).status == "failed"
+    attempt = JobAttempt.objects.get(job_id=job_id)
+    assert attempt.error_class == "builtins.KeyError"
+    assert "in explode" in attempt.traceback
+    assert attempt.traceback.rstrip().endswith("KeyError: 'no such account'")
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert attempt.traceback.rstrip() in warning.getMessage()
+    assert manager.report(job_id).traceback == attempt.traceback
+
+
+# -- runjobs ---------------------------------------------------------------------------------------
+
+
+def test_runjobs_stores_the_traceback_and_logs_it_at_warning(workers):
+    job_id = submit("tests.fail", {"message": "upstream said no"}).pk
+    code, worker = workers.run("--burst", "--concurrency", "1")
+    assert code == 0, worker.logs()
+    attempt = wait_for(
+        lambda: JobAttempt.objects.filter(job_id=job_id).first(), "the failed attempt's row"
+    )
+    assert (attempt.outcome, attempt.error) == ("failed", "RuntimeError: upstream said no")
+    assert attempt.error_class == "builtins.RuntimeError"
+    assert attempt.traceback.startswith("Traceback (most recent call last):")
+    assert RAISING_LINE in attempt.traceback and "jobs.py" in attempt.traceback
+    assert attempt.traceback.rstrip().endswith("RuntimeError: upstream said no")
+    log = worker.stderr()
+    line = f"WARNING django_durable_jobs.worker: job {job_id} tests.fail attempt=1 epoch=1"
+    assert line in log, worker.logs()
+    after = log[log.index(line) :]
+    assert attempt.traceback.rstrip() in after

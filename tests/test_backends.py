@@ -222,3 +222,37 @@ def test_aenqueue_and_aget_result_work_like_their_sync_twins():
     result = async_to_sync(tasks.async_double.aenqueue)(4)
     again = async_to_sync(tasks.async_double.aget_result)(result.id)
     assert (again.id, again.status, again.args) == (result.id, TaskResultStatus.READY, [4])
+
+
+def test_task_jobs_are_found_by_their_task_path_in_the_cli_the_admin_and_the_api(
+    client, django_user_model
+):
+    import json as jsonlib
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    shown = tasks.add.enqueue(2, b=3)
+    tasks.explode.enqueue("other task")
+    path = "tests.testapp.tasks.add"
+    out = StringIO()
+    call_command("jobs", "list", "--operation", path, "--json", stdout=out)
+    assert [row["id"] for row in jsonlib.loads(out.getvalue())] == [shown.id]
+    out = StringIO()
+    call_command("jobs", "show", shown.id, stdout=out)
+    assert path in out.getvalue() and '"kwargs"' in out.getvalue()
+
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    page = client.get("/admin/durable_jobs/job/", {"operation": path})
+    assert page.status_code == 200
+    assert shown.id in page.content.decode() and "other task" not in page.content.decode()
+    detail = client.get(f"/admin/durable_jobs/job/{shown.id}/change/").content.decode()
+    assert path in detail and "&quot;args&quot;" in detail
+
+    listed = client.get("/jobs/api/jobs", {"operation": path})
+    assert [item["id"] for item in listed.json()["items"]] == [shown.id]
+    assert client.get(f"/jobs/api/jobs/{shown.id}").json()["proposal"] == {
+        "args": [2],
+        "kwargs": {"b": 3},
+    }

@@ -229,8 +229,8 @@ def _errors_of(job: Any, attempts: list) -> list[TaskError]:
     """Return one ``TaskError`` per failed attempt, and one for a cancellation."""
     errors = [
         TaskError(
-            exception_class_path=getattr(a, "error_class", "") or "builtins.Exception",
-            traceback=getattr(a, "traceback", None) or a.error or "",
+            exception_class_path=a.error_class or "builtins.Exception",
+            traceback=a.traceback or a.error or "",
         )
         for a in attempts
         if a.outcome == AttemptOutcomeChoice.FAILED

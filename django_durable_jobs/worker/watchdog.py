@@ -56,7 +56,6 @@ class Watchdog(threading.Thread):
 
     def watch(self, entry: Held) -> None:
         """Watch ``entry``, whose ``deadline`` is set."""
-        assert entry.deadline is not None
         with self._changed:
             self._due[entry] = (entry.deadline, False)
             if self._wakes_at is None or entry.deadline < self._wakes_at:
@@ -133,14 +132,20 @@ class TimeoutMixin:
         """Return the outcome to record for ``entry``'s executor, which just ended as ``outcome``.
 
         An executor that ended after its deadline fails with the timeout message, whatever it
-        did; one that completed the job itself (``ctx.complete_atomically``, refused after the
-        deadline) stays complete.
+        did (an exception it raised keeps its class path and traceback in the history row); one
+        that completed the job itself (``ctx.complete_atomically``, refused after the deadline)
+        stays complete.
         """
         self.watchdog.forget(entry)
         late = entry.deadline is not None and time.monotonic() >= entry.deadline
         if outcome is None or not late:
             return outcome
-        return Outcome.failed(outcome.lease, timeout_message(entry.timeout, outcome))
+        return Outcome.failed(
+            outcome.lease,
+            timeout_message(entry.timeout, outcome),
+            error_class=outcome.error_class,
+            traceback=outcome.traceback,
+        )
 
     def _deadline_passed(self, entry: Held) -> None:
         """Cancel ``entry``'s attempt: its timeout passed (``ctx.cancelled`` becomes true)."""

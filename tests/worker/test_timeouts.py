@@ -108,3 +108,30 @@ def test_a_stopping_worker_does_not_wait_for_an_abandoned_thread(workers, tmp_pa
 def test_a_negative_timeout_grace_is_refused():
     with pytest.raises(ValueError, match="--timeout-grace"):
         Worker(WorkerOptions(timeout_grace=-1))
+
+
+def test_an_executor_that_raises_after_its_deadline_keeps_its_traceback():
+    """The timeout message replaces the error; the exception's evidence stays with it."""
+    import time
+    import uuid
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from django_durable_jobs.store.outcomes import failure_details
+    from django_durable_jobs.values import Claimed, Lease, Outcome
+    from django_durable_jobs.worker.held import Held
+    from django_durable_jobs.worker.watchdog import TimeoutMixin, Watchdog
+
+    lease = Lease(uuid.uuid4(), "owner", 1, datetime(2026, 1, 1, tzinfo=UTC))
+    entry = Held(Claimed(lease, SimpleNamespace(operation="tests.slow")))
+    entry.timeout, entry.deadline = 0.5, time.monotonic() - 1
+    worker = TimeoutMixin()
+    worker.watchdog = Watchdog(1.0, on_deadline=print, on_grace_over=print)
+    try:
+        raise KeyError("late")
+    except KeyError as exc:
+        raised = Outcome.failed(lease, "KeyError: 'late'", **failure_details(exc))
+    recorded = worker._timed_out(entry, raised)
+    assert recorded.error.startswith("The attempt timed out after 0.5 s; then it failed")
+    assert recorded.error_class == "builtins.KeyError"
+    assert recorded.traceback == raised.traceback and "KeyError: 'late'" in recorded.traceback

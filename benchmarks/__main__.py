@@ -444,6 +444,7 @@ class Benchmark:
                 "idempotency_key": str(pk) if n % 2 else f"order-{n}",
                 "proposal": proposal,
                 "proposal_hash": hashlib.sha256(proposal.encode()).hexdigest(),
+                "proposal_checked": True,  # the store checked it as it wrote the row
                 "created_at": created,
                 "completed_at": ended,
                 "heartbeat_at": ended,

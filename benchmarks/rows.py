@@ -28,6 +28,7 @@ def insert_pending(operation: str, payloads: list[Any]) -> list:
                 idempotency_key=str(pk),
                 proposal=proposal,
                 proposal_hash=proposal_sha256(proposal),
+                proposal_checked=True,  # canonical_json's output is what the store checks
                 created_at=now,
                 run_after=now,
             )

@@ -12,7 +12,6 @@ backend touches no database and no model: Django builds it when ``@task`` runs, 
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,7 +43,9 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from . import registry
 from .conf import jobs_settings
 from .errors import InputInvalid
+from .jsontext import MAX_JSON_DEPTH, object_depth_exceeds
 from .retry import RetryPolicy
+from .validation import loads_strict
 from .values import Submission
 from .vocabulary import AttemptOutcomeChoice, JobStatus
 
@@ -182,7 +183,7 @@ class DurableJobsBackend(BaseTaskBackend):
     # -- results ----------------------------------------------------------------------------------
 
     def _result(self, task: Task, job: Any, attempts: list) -> TaskResult:
-        payload = json.loads(job.proposal)
+        payload = _stored_arguments(job.proposal)
         ended = [a for a in attempts if a.outcome != AttemptOutcomeChoice.RELEASED]
         worker_ids = [a.claimed_by or a.owner_id or "" for a in ended]
         if job.status == JobStatus.RUNNING:
@@ -204,8 +205,22 @@ class DurableJobsBackend(BaseTaskBackend):
             worker_ids=worker_ids,
         )
         if status == TaskResultStatus.SUCCESSFUL and job.result is not None:
-            object.__setattr__(result, "_return_value", json.loads(job.result))
+            object.__setattr__(result, "_return_value", _stored_value(job.result))
         return result
+
+
+def _stored_value(text: str) -> Any:
+    """Return stored JSON parsed; None for text changed outside the app (too deep, not JSON)."""
+    try:
+        return loads_strict(text)
+    except ValueError:
+        return None
+
+
+def _stored_arguments(text: str | None) -> dict[str, Any]:
+    """Return a task job's stored arguments; none when the row holds no such JSON object."""
+    payload = None if text is None else _stored_value(text)
+    return payload if isinstance(payload, dict) else {}
 
 
 FINAL = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
@@ -278,6 +293,11 @@ def _executor_of(task: Task) -> Callable[[Any, Any], Any]:
 
 
 def _returned(value: Any) -> Any:
+    if object_depth_exceeds(value):
+        raise ValueError(
+            f"The task returned a value nested deeper than the {MAX_JSON_DEPTH} levels a result "
+            f"may have; return a flatter value."
+        )
     try:
         return normalize_json(value)
     except TypeError as exc:
@@ -340,6 +360,13 @@ def _spec_options(task: Task) -> dict[str, Any]:
 
 
 def _arguments(args: Any, kwargs: Any) -> dict[str, Any]:
+    # Stored as {"args": [...], "kwargs": {...}}, as deep as [args, kwargs] is.
+    if object_depth_exceeds([args, kwargs]):
+        raise InputInvalid(
+            f"Task arguments are stored as the job's input, which may nest at most "
+            f"{MAX_JSON_DEPTH} levels (two of them are the args list and kwargs dict); these "
+            f"nest deeper. Pass flatter arguments, or store the data and pass a reference."
+        )
     try:
         return {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
     except TypeError as exc:

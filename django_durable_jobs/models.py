@@ -38,6 +38,9 @@ class Job(models.Model):
     idempotency_key = models.CharField(max_length=KEY_MAX)
     proposal = models.TextField(null=True)
     proposal_hash = models.CharField(max_length=64, blank=True, default="")
+    # True when this app checked the proposal (strict JSON within the depth and size limits) as
+    # it wrote the row; NULL on rows written any other way, which are never trusted as unclaimed.
+    proposal_checked = models.BooleanField(null=True, default=None)
     created_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -71,9 +74,10 @@ class Job(models.Model):
         indexes = [
             # Status leads every scan index, so the pending and running ranges stay as small as
             # the live work however many terminal rows pile up (on all three databases).
+            # Scope second: a claim takes the best rows of one scope at a time, in turns.
             models.Index(
-                fields=["status", "-priority", "run_after", "created_at", "id"],
-                name="durable_jobs_claim_idx",
+                fields=["status", "scope", "-priority", "run_after", "created_at", "id"],
+                name="durable_jobs_scope_claim_idx",
             ),
             models.Index(fields=["status", "lease_expires_at"], name="durable_jobs_lease_idx"),
             # Status first here too: on SQLite a bare retry_requested_at index lost to the lease
@@ -209,6 +213,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The operations this token may submit; empty means every registered operation.
+    operations = models.JSONField(default=list, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

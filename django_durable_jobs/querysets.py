@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import models
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce
 
-from .expressions import IsJson, Utf8Sha256
+from .expressions import Utf8Sha256
 from .vocabulary import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus, Ownership
 
 TERMINAL = sorted(TERMINAL_STATUSES)
@@ -64,14 +65,17 @@ class JobQuerySet(models.QuerySet):
         )
 
     def proposal_hashed(self) -> JobQuerySet:
-        """Return rows whose proposal is present and matches its stored SHA-256, in SQL.
+        """Return rows whose proposal this app checked and that still matches its SHA-256.
 
-        The store hashes only proposals it validated as JSON, so a matching hash vouches for
-        the text; the JSON check itself (on PostgreSQL 15 a PL/pgSQL function that opens a
-        subtransaction per row) is left to Python, on the few rows a claim takes.
+        The store sets ``proposal_checked`` only on proposals it validated (strict JSON within
+        the size and depth limits), so the flag vouches for the JSON and the matching hash for
+        the text being unchanged since: no database has to parse JSON, and each judges a row
+        as Python's ``vocabulary.proposal_defect`` does.
         """
         return self.alias(_proposal_sha256_sql=Utf8Sha256("proposal")).filter(
-            proposal__isnull=False, proposal_hash=F("_proposal_sha256_sql")
+            proposal__isnull=False,
+            proposal_checked=True,
+            proposal_hash=F("_proposal_sha256_sql"),
         )
 
     def unleased(self) -> JobQuerySet:
@@ -109,6 +113,16 @@ class JobQuerySet(models.QuerySet):
         retry = Q(retry_requested_at__isnull=False, status__in=RETRYABLE)
         return self.filter((retry & Q(run_after__lte=now)) | (expired & wanted))
 
+    def scope_turn(self, after: str) -> JobQuerySet:
+        """Return this set's rows of the first scope after ``after``, wrapping around to the first.
+
+        Claims take their turns across scopes this way (see ``store/claims.py``): two index
+        seeks on the claim index, which leads with status and scope.
+        """
+        following = self.filter(scope__gt=after).order_by("scope").values("scope")[:1]
+        first = self.order_by("scope").values("scope")[:1]
+        return self.filter(scope=Coalesce(Subquery(following), Subquery(first)))
+
     def in_claim_order(self) -> JobQuerySet:
         return self.order_by("-priority", "run_after", "created_at", "id")
 
@@ -117,6 +131,9 @@ class JobQuerySet(models.QuerySet):
 
         It agrees with ``vocabulary.assess_ownership`` row for row (tests prove it on every database),
         so admin filters and API queries can select by ownership without reading rows into Python.
+        A proposal is authentic when this app checked it as it wrote the row (``proposal_checked``)
+        and its SHA-256 still matches: no JSON is parsed, since each database's JSON check has
+        its own limits (MariaDB's ``JSON_VALID`` gives up at depth 32).
         """
         no_owner_id = Q(owner_id__isnull=True) | Q(owner_id="")
         authentic = no_owner_id & Q(
@@ -124,14 +141,11 @@ class JobQuerySet(models.QuerySet):
             lease_expires_at__isnull=True,
             attempts=0,
             proposal__isnull=False,
-            _proposal_is_json=True,
+            proposal_checked=True,
             proposal_hash=F("_proposal_sha256"),
         )
         no_owner = no_owner_id | Q(lease_expires_at__isnull=True) | ~Q(status=JobStatus.RUNNING)
-        return self.annotate(
-            _proposal_is_json=IsJson("proposal"),
-            _proposal_sha256=Utf8Sha256("proposal"),
-        ).annotate(
+        return self.annotate(_proposal_sha256=Utf8Sha256("proposal")).annotate(
             ownership_sql=Case(
                 When(status__in=TERMINAL, then=Value(Ownership.TERMINAL)),
                 When(authentic, then=Value(Ownership.UNCLAIMED)),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import re
 import uuid
@@ -13,6 +12,10 @@ from typing import Any
 
 from .conf import jobs_settings
 from .errors import InputInvalid, PayloadTooLarge
+from .jsontext import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # the documented limit, re-exported
+from .jsontext import JsonTooDeep as JsonTooDeep
+from .jsontext import is_json as is_json
+from .jsontext import loads as loads_strict
 
 NAME_MAX = 200
 KEY_MAX = 255
@@ -79,7 +82,11 @@ def payload_cap() -> int:
 
 
 def json_text(value: Any, what: str) -> str:
-    """Return ``value`` when it is a string holding valid JSON within the payload cap."""
+    """Return ``value`` when it is a string holding valid JSON within the payload cap.
+
+    Valid means strict JSON (no NaN or Infinity) nested at most ``MAX_JSON_DEPTH`` levels,
+    checked on the text before it is parsed.
+    """
     if inspect.iscoroutine(value):
         value.close()  # never awaited: close it so Python does not warn
         raise InputInvalid(
@@ -90,19 +97,17 @@ def json_text(value: Any, what: str) -> str:
     encodable(value, what)
     try:
         loads_strict(value)
+    except JsonTooDeep as exc:
+        raise too_deep(exc, what) from None
     except ValueError as exc:
         raise InputInvalid(f"The {what} is not valid JSON: {exc}.") from exc
     check_size(value, what)
     return value
 
 
-def _refuse_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not JSON")
-
-
-def loads_strict(text: str) -> Any:
-    """Parse JSON as RFC 8259 has it: NaN and Infinity are refused (ValueError)."""
-    return json.loads(text, parse_constant=_refuse_constant)
+def too_deep(exc: JsonTooDeep, what: str) -> InputInvalid:
+    """Return the refusal of a value nested deeper than ``MAX_JSON_DEPTH``."""
+    return InputInvalid(f"The {what} is too deeply nested: {exc}.")
 
 
 def check_size(text: str, what: str) -> None:

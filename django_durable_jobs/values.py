@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from .jsontext import JsonTooDeep, check_depth
 from .vocabulary import AttemptOutcomeChoice, RequestAnswer
 
 __all__ = [
@@ -26,10 +27,18 @@ __all__ = [
 
 
 def canonical_json(value: Any) -> str:
-    """Serialise ``value`` to canonical JSON: sorted keys, no spaces, no NaN."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    """Serialise ``value`` to canonical JSON: sorted keys, no spaces, no NaN.
+
+    A value nested deeper than ``MAX_JSON_DEPTH`` levels is refused with a ``ValueError``
+    (``JsonTooDeep``), never a ``RecursionError``, however deep it is.
+    """
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except RecursionError:  # nested past what the interpreter can walk: far past the limit
+        raise JsonTooDeep(None) from None
+    return check_depth(text)
 
 
 @dataclass(frozen=True)

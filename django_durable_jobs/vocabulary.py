@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from django.db.models.enums import TextChoices
 
-from .validation import loads_strict
+from .validation import JsonTooDeep, loads_strict
 
 __all__ = [
     "OWNERSHIP_STATES",
@@ -39,6 +39,7 @@ __all__ = [
     "is_authentic_pending",
     "is_json",
     "is_takeable",
+    "json_defect",
     "proposal_defect",
     "proposal_sha256",
     "retry_answer",
@@ -127,6 +128,7 @@ class JobRow(Protocol):
     attempts: int
     proposal: str | None
     proposal_hash: str
+    proposal_checked: bool | None
     result: str | None
     cancellation_requested_at: datetime | None
     retry_requested_at: datetime | None
@@ -141,35 +143,71 @@ def proposal_sha256(text: str) -> str:
 
 
 def is_json(text: str | None) -> bool:
-    """Return True when ``text`` is strict JSON (no NaN or Infinity)."""
+    """Return True when ``text`` is strict JSON (no NaN or Infinity) within the depth limit.
+
+    The depth is measured on the text before parsing, so a stored value nested a million
+    levels deep is answered False, never a ``RecursionError``.
+    """
+    return json_defect(text) is None
+
+
+def json_defect(text: str | None) -> str | None:
+    """Return why ``text`` is not JSON this app accepts, or None when it is."""
     if text is None:
-        return False
+        return "it is missing"
     try:
         loads_strict(text)
-    except (TypeError, ValueError):
-        return False
-    return True
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+NOT_CHECKED = (
+    "the proposal was not written by this app (proposal_checked is not set), so its JSON "
+    "was never checked"
+)
 
 
 def proposal_defect(row: JobRow) -> str | None:
-    """Return why a row's proposal cannot be trusted, or None when it is intact."""
+    """Return why a row's proposal cannot be trusted, or None when it is intact.
+
+    Intact means present, checked by this app when it wrote the row (``proposal_checked``:
+    strict JSON within the size and depth limits) and unchanged since (its SHA-256 matches).
+    The flag, not a parse, vouches for the JSON, so the database can judge the same rows the
+    same way (``JobQuerySet.with_ownership``) on every database and Python version.
+    """
     if row.proposal is None:
         return "the proposal is missing"
-    if not is_json(row.proposal):
-        return "the proposal is not valid JSON"
+    if getattr(row, "proposal_checked", None) is not True:
+        return NOT_CHECKED
     if row.proposal_hash != proposal_sha256(row.proposal):
         return "the proposal does not match its stored SHA-256"
     return None
 
 
 def diagnose(row: JobRow) -> str | None:
-    """Return a defect found while reading the row, without hiding the row."""
+    """Return a defect found while reading the row, without hiding the row.
+
+    Never raises on what a row holds: a value nested too deeply is reported, not parsed.
+    """
     if row.status == JobStatus.PENDING:
         defect = proposal_defect(row)
         if defect:
             return f"Defective pending row: {defect}; it will not be claimed."
-    if row.result is not None and not is_json(row.result):
-        return "The stored result is not valid JSON."
+    if getattr(row, "proposal_checked", None) is True and row.proposal is not None:
+        if json_defect(row.proposal) is not None:
+            return (
+                "The stored proposal is no longer JSON this app accepts, although the app "
+                "checked it when it wrote the row: it was changed outside the app, and an "
+                "attempt of it fails."
+            )
+    if row.result is not None:
+        try:
+            loads_strict(row.result)
+        except JsonTooDeep as exc:
+            return f"The stored result is {exc.nesting}; see its stored text."
+        except (TypeError, ValueError):
+            return "The stored result is not valid JSON."
     return None
 
 

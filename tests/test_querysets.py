@@ -28,12 +28,15 @@ STATUSES = ["pending", "running", "complete", "failed", "cancelled", "orphaned"]
 OWNERS = [None, "", "owner-a"]
 LEASES = [None, NOW - timedelta(seconds=1), NOW, NOW + timedelta(seconds=30)]
 COUNTERS = [(0, 0), (1, 1)]
+# True: the app checked the proposal as it wrote the row; None: a row written any other way.
+CHECKED = [True, None]
 
 
 def every_kind_of_row() -> list[Job]:
     rows = []
-    combos = itertools.product(STATUSES, OWNERS, LEASES, COUNTERS, PROPOSALS.items())
-    for n, (status, owner, lease, (epoch, attempts), (_, (text, digest))) in enumerate(combos):
+    combos = itertools.product(STATUSES, OWNERS, LEASES, COUNTERS, PROPOSALS.items(), CHECKED)
+    for n, combo in enumerate(combos):
+        status, owner, lease, (epoch, attempts), (_, (text, digest)), checked = combo
         rows.append(
             Job(
                 id=uuid.UUID(int=n + 1),
@@ -43,6 +46,7 @@ def every_kind_of_row() -> list[Job]:
                 idempotency_key=f"k{n}",
                 proposal=text,
                 proposal_hash=digest,
+                proposal_checked=checked,
                 created_at=T0,
                 run_after=T0,
                 owner_id=owner,
@@ -61,7 +65,7 @@ def test_the_sql_assessment_agrees_with_python_for_every_kind_of_row():
         expected = assess_ownership(job, NOW)
         if job.ownership_sql != expected:
             disagreements.append((job.status, job.owner_id, job.lease_expires_at, job.proposal))
-    assert Job.objects.count() == 6 * 3 * 4 * 2 * len(PROPOSALS)
+    assert Job.objects.count() == 6 * 3 * 4 * 2 * len(PROPOSALS) * len(CHECKED)
     assert disagreements == []
 
 

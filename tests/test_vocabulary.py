@@ -55,6 +55,7 @@ def pending(**changes) -> Job:
         "status": JobStatus.PENDING,
         "proposal": PROPOSAL,
         "proposal_hash": proposal_sha256(PROPOSAL),
+        "proposal_checked": True,  # the store checked it as it wrote the row
         "created_at": T0,
         "run_after": T0,
         "owner_id": None,
@@ -120,14 +121,35 @@ def test_unclaimed_does_not_depend_on_the_time():
 @pytest.mark.parametrize(
     ("changes", "defect"),
     [
-        ({"proposal": '{"n":'}, "not valid JSON"),
-        ({"proposal": "not json at all"}, "not valid JSON"),
+        ({"proposal": '{"n":'}, "does not match"),  # cut short after its hash was taken
+        ({"proposal": "not json at all"}, "does not match"),
         ({"proposal_hash": "0" * 64}, "does not match"),
         ({"proposal_hash": ""}, "does not match"),
         ({"proposal": '{"n":2}'}, "does not match"),  # text changed after its hash was taken
         ({"proposal": None, "proposal_hash": ""}, "missing"),
+        # Written outside the app: whatever the text and its hash, the app never checked it.
+        ({"proposal_checked": None}, "not written by this app"),
+        ({"proposal_checked": False}, "not written by this app"),
+        (
+            {
+                "proposal": '{"n":',
+                "proposal_hash": proposal_sha256('{"n":'),
+                "proposal_checked": None,
+            },
+            "not written by this app",
+        ),
     ],
-    ids=["truncated-json", "not-json", "zero-hash", "empty-hash", "edited-text", "missing"],
+    ids=[
+        "truncated-json",
+        "not-json",
+        "zero-hash",
+        "empty-hash",
+        "edited-text",
+        "missing",
+        "unchecked",
+        "checked-false",
+        "imported-broken-json",
+    ],
 )
 def test_a_pending_row_with_a_defective_proposal_is_legacy_unknown(changes, defect):
     job = pending(**changes)
@@ -181,12 +203,24 @@ def test_a_running_row_without_a_lease_is_legacy_unknown():
 
 
 def test_a_pending_proposal_that_json_text_would_refuse_is_defective():
-    # The store refuses NaN/Infinity as "not valid JSON" on input (validation.json_text); the reader
-    # must use the same definition, or an imported row with such text passes as authentic.
-    text = '{"n":NaN}'
+    # The store refuses NaN/Infinity as "not valid JSON" on input (validation.json_text), and
+    # only the store sets proposal_checked: an imported row with such text (its hash matching)
+    # never passes as authentic.
+    for text in ('{"n":NaN}', "[" * 65 + "]" * 65, "[" * 100_000 + "]" * 100_000):
+        job = pending(proposal=text, proposal_hash=proposal_sha256(text), proposal_checked=None)
+        assert "not written by this app" in proposal_defect(job)
+        assert assess_ownership(job, NOW) == "legacy-unknown"
+
+
+def test_a_checked_proposal_changed_outside_the_app_is_diagnosed_and_fails_its_attempt():
+    # Someone rewrote the text and its hash and kept the flag: the flag vouches for the JSON, so
+    # both assessments (SQL and Python) agree the row is unclaimed; the diagnostic says what
+    # happened, and the worker's attempt fails on the text it cannot read.
+    text = "[" * 65 + "]" * 65
     job = pending(proposal=text, proposal_hash=proposal_sha256(text))
-    assert proposal_defect(job) is not None
-    assert assess_ownership(job, NOW) == "legacy-unknown"
+    assert proposal_defect(job) is None
+    assert assess_ownership(job, NOW) == "unclaimed"
+    assert "changed outside the app" in job.diagnostic_error
 
 
 # -- rules 4 and 5: expired and current ----------------------------------------------------------
@@ -228,9 +262,10 @@ def test_the_ownership_property_uses_the_assessment_until_the_store_sets_it():
 OWNERS = st.sampled_from([None, "", "owner-1"])
 LEASES = st.sampled_from([None, EARLIER, NOW, NOW + timedelta(microseconds=1), LATER])
 PROPOSALS = st.sampled_from(["valid", "bad-json", "hash-mismatch", "missing"])
+CHECKED = st.sampled_from([True, None, False])
 
 
-def _row(status, owner, lease, epoch, attempts, proposal_kind) -> Job:
+def _row(status, owner, lease, epoch, attempts, proposal_kind, checked=True) -> Job:
     proposal, digest = PROPOSAL, proposal_sha256(PROPOSAL)
     if proposal_kind == "bad-json":
         proposal, digest = "{oops", proposal_sha256("{oops")
@@ -246,6 +281,7 @@ def _row(status, owner, lease, epoch, attempts, proposal_kind) -> Job:
         attempts=attempts,
         proposal=proposal,
         proposal_hash=digest,
+        proposal_checked=checked,
     )
 
 
@@ -256,11 +292,12 @@ def _row(status, owner, lease, epoch, attempts, proposal_kind) -> Job:
     epoch=st.sampled_from([0, 1, 2**63 - 1]),
     attempts=st.sampled_from([0, 1, 2**31 - 1]),
     proposal_kind=PROPOSALS,
+    checked=CHECKED,
 )
 def test_the_assessment_follows_the_documented_rule_order(
-    status, owner, lease, epoch, attempts, proposal_kind
+    status, owner, lease, epoch, attempts, proposal_kind, checked
 ):
-    job = _row(status, owner, lease, epoch, attempts, proposal_kind)
+    job = _row(status, owner, lease, epoch, attempts, proposal_kind, checked)
     state = assess_ownership(job, NOW)
     assert state in OWNERSHIP_STATES
     assert OWNERSHIP_STATES == ("terminal", "unclaimed", "legacy-unknown", "expired", "current")
@@ -270,7 +307,11 @@ def test_the_assessment_follows_the_documented_rule_order(
         and not owner
         and lease is None
         and attempts == 0  # any epoch: a released claim keeps its epoch
-        and proposal_kind == "valid"
+        # The flag vouches for the JSON (the store set it after checking), the hash for the
+        # text being unchanged since: text that is not JSON but matches its hash passes only
+        # with the flag, which the app never sets on such text.
+        and proposal_kind in ("valid", "bad-json")
+        and checked is True
     )
     if status in TERMINAL_STATUSES:
         expected = "terminal"
@@ -317,7 +358,8 @@ def test_a_result_holding_nan_is_diagnosed_as_not_json():
 def test_a_defective_pending_proposal_is_reported_before_a_bad_result():
     job = pending(proposal="{", result="{")
     assert job.diagnostic_error == (
-        "Defective pending row: the proposal is not valid JSON; it will not be claimed."
+        "Defective pending row: the proposal does not match its stored SHA-256; it will not be "
+        "claimed."
     )
 
 
@@ -374,7 +416,7 @@ def test_only_unclaimed_and_expired_rows_can_be_claimed_by_id():
     why = claim_refusal(broken, assess_ownership(broken, NOW))
     assert (
         why
-        == f"Job {broken.pk} cannot be claimed: its proposal is defective (the proposal is not valid JSON)."
+        == f"Job {broken.pk} cannot be claimed: its proposal is defective (the proposal does not match its stored SHA-256)."
     )
 
 

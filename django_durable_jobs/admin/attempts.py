@@ -6,6 +6,7 @@ from django.contrib import admin
 
 from ..models import JobAttempt
 from .base import LARGE_TEXT, ReadOnly, ReadOnlyAdmin
+from .filters import AttemptOperationFilter
 from .format import stored_text
 from .paginator import EstimatedCountPaginator
 
@@ -39,6 +40,11 @@ class JobAttemptInline(ReadOnly, admin.TabularInline):
     can_delete = False
     show_change_link = False
 
+    def get_queryset(self, request):
+        # Each snapshot holds a copy of the job's payloads (up to megabytes, or JSON written
+        # elsewhere that no parser should walk); the inline shows none of it.
+        return super().get_queryset(request).defer("snapshot")
+
 
 @admin.register(JobAttempt)
 class JobAttemptAdmin(ReadOnlyAdmin):
@@ -52,7 +58,7 @@ class JobAttemptAdmin(ReadOnlyAdmin):
         "started_at",
         "ended_at",
     )
-    list_filter = ("outcome", "job__operation")
+    list_filter = ("outcome", AttemptOperationFilter)
     list_select_related = ("job",)
     ordering = ("-ended_at", "-id")
     show_full_result_count = False

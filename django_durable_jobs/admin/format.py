@@ -1,12 +1,16 @@
-"""How the admin shows a row's values: badges, a progress bar, stored JSON; pure functions."""
+"""How the admin shows a row's values: badges, a progress bar, stored JSON; pure functions.
+
+Stored JSON is shown pretty-printed and as stored, each capped at ``DISPLAY_CAP_BYTES`` of HTML
+and built in time linear in what is shown; the raw view (``JobAdmin.raw_view``) has the rest.
+"""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 
+from ..jsontext import DISPLAY_CAP_BYTES, JsonTooDeep, Shown, excerpt, pretty, utf8_len
 from ..validation import loads_strict
 from ..vocabulary import Ownership, WorkerState, worker_state
 
@@ -71,23 +75,52 @@ def progress_bar(percent: float | None):
     )
 
 
-def pretty_json(text: str | None):
-    """Return stored JSON text indented in a ``<pre>``, or a note when it is absent or not JSON."""
+def _html_bytes(text: str) -> int:
+    """Return the size of ``text`` once escaped into the page, in UTF-8 bytes."""
+    return utf8_len(escape(text))
+
+
+def _truncated(shown: Shown, raw_url: str | None):
+    """Return the marker after a display the cap cut short, with a link to the whole text."""
+    if not shown.truncated:
+        return ""
+    link = format_html('; <a href="{}">the whole stored text</a>', raw_url) if raw_url else ""
+    return format_html('<p class="durable-jobs-truncated">{}{}</p>', shown.note(), link)
+
+
+def pretty_json(text: str | None, raw_url: str | None = None):
+    """Return stored JSON text indented in a ``<pre>``, or a note when it is absent or not JSON.
+
+    At most ``DISPLAY_CAP_BYTES`` of HTML, however big or deep the value: a longer display ends
+    with a marker saying how much of the stored text it shows, and a link to ``raw_url``.
+    """
     if text is None:
         return "-"
     try:
-        value = loads_strict(text)
+        loads_strict(text)
+    except JsonTooDeep as exc:
+        return format_html(
+            '<em class="durable-jobs-not-json">{} (see stored text)</em>', exc.nesting
+        )
     except (TypeError, ValueError):
         return format_html(
             '<em class="durable-jobs-not-json">not valid JSON (see stored text)</em>'
         )
+    shown = pretty(text, DISPLAY_CAP_BYTES, measure=_html_bytes)
     return format_html(
-        '<pre class="durable-jobs-json">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
+        '<pre class="durable-jobs-json">{}</pre>{}', shown.text, _truncated(shown, raw_url)
     )
 
 
-def stored_text(text: str | None):
-    """Return the exact stored text in a ``<pre>``; ``-`` when NULL."""
+def stored_text(text: str | None, raw_url: str | None = None):
+    """Return the exact stored text in a ``<pre>``; ``-`` when NULL.
+
+    At most ``DISPLAY_CAP_BYTES`` of HTML: longer text is cut, with a marker and a link to
+    ``raw_url``.
+    """
     if text is None:
         return "-"
-    return format_html('<pre class="durable-jobs-raw">{}</pre>', text)
+    shown = excerpt(text, DISPLAY_CAP_BYTES, measure=_html_bytes)
+    return format_html(
+        '<pre class="durable-jobs-raw">{}</pre>{}', shown.text, _truncated(shown, raw_url)
+    )

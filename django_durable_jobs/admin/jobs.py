@@ -10,9 +10,13 @@ from collections.abc import Callable
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
+from django.http import Http404, HttpResponse
+from django.urls import path, reverse
 from django.utils import timezone
 
+from ..conf import jobs_settings
 from ..humanize import relative
 from ..models import Job, WorkerProcess
 from ..vocabulary import TERMINAL_STATUSES, JobStatus, assess_ownership
@@ -22,6 +26,9 @@ from .attempts import JobAttemptInline
 from .base import LARGE_TEXT, ReadOnlyAdmin
 from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
 from .paginator import EstimatedCountPaginator
+
+# The payload columns the raw view serves, as stored.
+RAW_FIELDS = ("proposal", "checkpoint", "result")
 
 
 class JobChangeList(ChangeList):
@@ -34,11 +41,16 @@ class JobChangeList(ChangeList):
         return super().get_queryset(request, exclude_parameters).defer(*LARGE_TEXT)
 
 
-def _shown(field: str, render: Callable[[str | None], object], description: str):
-    """Return a read-only admin column showing ``render(job.<field>)``."""
+def _shown(field: str, render: Callable[..., object], description: str, *, raw: bool = False):
+    """Return a read-only admin column showing ``render(job.<field>)``.
+
+    With ``raw``, ``render`` also gets the URL of the field's raw view, for a display it cuts.
+    """
 
     @admin.display(description=description)
     def show(self, obj: Job):
+        if raw:
+            return render(getattr(obj, field), self.raw_url(obj, field))
         return render(getattr(obj, field))
 
     return show
@@ -197,7 +209,7 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
         if hasattr(obj, "worker_heartbeat_at"):  # annotated by get_queryset
             columns = (obj.worker_heartbeat_at, obj.worker_stopped_at, obj.worker_lease_seconds)
         else:
-            rows = WorkerProcess.objects.filter(owner_id=obj.owner_id)
+            rows = WorkerProcess.objects.using(jobs_settings.DATABASE).filter(owner_id=obj.owner_id)
             columns = rows.values_list("heartbeat_at", "stopped_at", "lease_seconds").first()
         return fmt.owner_worker_state(*(columns or (None, None, None)), timezone.now())
 
@@ -223,14 +235,57 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
     def diagnostic(self, obj: Job) -> str:
         return obj.diagnostic_error or "-"
 
-    # The payload columns, each shown pretty-printed and as the exact stored text.
-    proposal_pretty = _shown("proposal", fmt.pretty_json, "proposal (pretty)")
-    proposal_stored = _shown("proposal", fmt.stored_text, "proposal (stored text)")
-    checkpoint_pretty = _shown("checkpoint", fmt.pretty_json, "checkpoint (pretty)")
-    checkpoint_stored = _shown("checkpoint", fmt.stored_text, "checkpoint (stored text)")
-    result_pretty = _shown("result", fmt.pretty_json, "result (pretty)")
-    result_stored = _shown("result", fmt.stored_text, "result (stored text)")
+    # The payload columns, each shown pretty-printed and as the exact stored text, both capped;
+    # a cut display links to the raw view.
+    proposal_pretty = _shown("proposal", fmt.pretty_json, "proposal (pretty)", raw=True)
+    proposal_stored = _shown("proposal", fmt.stored_text, "proposal (stored text)", raw=True)
+    checkpoint_pretty = _shown("checkpoint", fmt.pretty_json, "checkpoint (pretty)", raw=True)
+    checkpoint_stored = _shown("checkpoint", fmt.stored_text, "checkpoint (stored text)", raw=True)
+    result_pretty = _shown("result", fmt.pretty_json, "result (pretty)", raw=True)
+    result_stored = _shown("result", fmt.stored_text, "result (stored text)", raw=True)
     error_text = _shown("error", fmt.stored_text, "error")
+
+    # -- the raw view -----------------------------------------------------------------------------
+
+    def get_urls(self):
+        info = self.opts.app_label, self.opts.model_name
+        raw = path(
+            "<path:object_id>/raw/<str:field>/",
+            self.admin_site.admin_view(self.raw_view),
+            name="{}_{}_raw".format(*info),
+        )
+        return [raw, *super().get_urls()]
+
+    def raw_url(self, obj: Job, field: str) -> str:
+        """Return the URL of the raw view of ``obj``'s stored ``field``."""
+        info = self.opts.app_label, self.opts.model_name
+        return reverse(
+            "admin:{}_{}_raw".format(*info),
+            args=[admin.utils.quote(obj.pk), field],
+            current_app=self.admin_site.name,
+        )
+
+    def raw_view(self, request, object_id: str, field: str) -> HttpResponse:
+        """Return the exact stored text of a payload column as ``text/plain``, whole.
+
+        Whoever may see the job's page may read it; nothing is parsed or re-encoded.
+        """
+        if field not in RAW_FIELDS:
+            raise Http404(f"No raw view of {field!r}; there are {', '.join(RAW_FIELDS)}.")
+        obj = self.get_object(request, admin.utils.unquote(object_id))
+        if obj is None:
+            raise Http404(f"No job {object_id}.")
+        if not self.has_view_or_change_permission(request, obj):
+            raise PermissionDenied
+        text = getattr(obj, field)
+        if text is None:
+            raise Http404(f"Job {obj.pk} has no stored {field}.")
+        response = HttpResponse(
+            text.encode("utf-8", "surrogatepass"), content_type="text/plain; charset=utf-8"
+        )
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Disposition"] = f'inline; filename="{obj.pk}-{field}.json"'
+        return response
 
     def banners(self, obj: Job) -> list[dict[str, str]]:
         """Return the warnings a person must see first on the detail page."""

@@ -7,7 +7,6 @@ enums, spelled once in :mod:`django_durable_jobs.vocabulary`; the bodies' conten
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -17,6 +16,7 @@ from pydantic import Field
 
 from .. import rows, vocabulary
 from ..models import Job, JobAttempt
+from ..validation import loads_strict
 from ..values import RequestResult
 
 # Literal types of the enums' values: the OpenAPI document lists them inline ("enum": [...]).
@@ -122,10 +122,12 @@ class ActionOut(Schema):
 
 
 def _parsed(text: str | None) -> Any:
+    """Return stored JSON parsed; None when missing, or changed outside the app into text this
+    app does not accept (too deep, not JSON): ``diagnostic`` then says why."""
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return loads_strict(text)
     except ValueError:
         return None
 

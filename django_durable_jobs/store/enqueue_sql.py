@@ -69,7 +69,9 @@ def enqueue(
     ``scope``, ``operation``, ``created_at`` and ``run_after``; the keys of ``rows`` are
     distinct. ``notify`` names the queue to wake when the transaction commits (PostgreSQL).
     """
-    insert = _Insert(using, fields)
+    # Every row's proposal passed the store's checks (strict JSON, size and depth) on its way
+    # into a ``NewRow``: the flag records that, for the ownership assessment in SQL and Python.
+    insert = _Insert(using, {**fields, "proposal_checked": True})
     if len(rows) == 1:
         return insert.run(rows, notify)
     # Rows go in sorted by key, so that concurrent calls over the same keys wait on each other

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputInvalid, JobCancelled, LeaseLost
 from ..execution import Execution, Identity, bind_write_fence
+from ..validation import JsonTooDeep, loads_strict
 from ..values import canonical_json
 from ..vocabulary import JobStatus
 from .connections import persist
@@ -39,8 +39,10 @@ class JobContext:
         self.job_id = job.pk
         self.operation = job.operation
         self.attempt = job.attempts
-        self.payload: Any = json.loads(job.proposal)
-        self.checkpoint_value: Any = None if job.checkpoint is None else json.loads(job.checkpoint)
+        self.payload: Any = _stored_json(job.proposal, "proposal", job.pk)
+        self.checkpoint_value: Any = (
+            None if job.checkpoint is None else _stored_json(job.checkpoint, "checkpoint", job.pk)
+        )
         self.cancel_event = cancel_event or threading.Event()
         self.lease_lost = False
         self.completed = False
@@ -78,7 +80,7 @@ class JobContext:
         except (TypeError, ValueError) as exc:
             raise InputInvalid(f"The checkpoint cannot be stored as JSON: {exc}.") from exc
         persist(lambda: self.store.checkpoint(self.lease, text), self.retry_until)
-        self.checkpoint_value = json.loads(text)
+        self.checkpoint_value = loads_strict(text)
 
     def progress(self, percent: float) -> None:
         """Report progress (0-100)."""
@@ -105,6 +107,21 @@ class JobContext:
         receipt = persist(attempt, self.retry_until)
         self.completed = True
         return receipt
+
+
+def _stored_json(text: str | None, what: str, job_id: Any) -> Any:
+    """Return the job's stored ``what`` parsed, or refuse text this app would not accept.
+
+    Only a row changed outside the app holds such text; its attempt fails with this message.
+    """
+    try:
+        return loads_strict(text)
+    except (TypeError, ValueError) as exc:
+        why = exc.nesting if isinstance(exc, JsonTooDeep) else exc
+        raise InputInvalid(
+            f"Job {job_id}'s stored {what} is not JSON this app accepts ({why}); it was changed "
+            f"outside the app. Submit a new job with valid input."
+        ) from None
 
 
 def _completed_by(job: Job, lease: Lease) -> bool:

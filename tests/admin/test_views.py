@@ -52,6 +52,7 @@ def running_job(clock, *, lease: float, key: str, worker: bool = True, op: str =
 def legacy_rows(now) -> list[Job]:
     """Rows of every kind the §2 assessment distinguishes, leases an hour from ``now``."""
     combos = itertools.product(
+        [True, None],  # proposal_checked: written by the app, or some other way
         ["pending", "running", "complete", "failed", "cancelled", "orphaned"],
         [None, "", "owner-a"],
         [None, now - timedelta(hours=1), now + timedelta(hours=1)],
@@ -68,6 +69,7 @@ def legacy_rows(now) -> list[Job]:
             idempotency_key=f"key-{n}",
             proposal=text,
             proposal_hash=digest,
+            proposal_checked=checked,
             created_at=now - timedelta(days=1),
             run_after=now - timedelta(days=1),
             owner_id=owner,
@@ -75,7 +77,9 @@ def legacy_rows(now) -> list[Job]:
             fencing_epoch=epoch,
             attempts=attempts,
         )
-        for n, (status, owner, lease, (epoch, attempts), (text, digest)) in enumerate(combos)
+        for n, (checked, status, owner, lease, (epoch, attempts), (text, digest)) in enumerate(
+            combos
+        )
     ]
 
 

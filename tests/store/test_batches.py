@@ -97,12 +97,14 @@ def test_a_pending_row_whose_hash_does_not_match_is_never_started_nor_in_the_way
     assert Job.objects.get(pk=bad.pk).status == "pending"
 
 
-def test_a_forged_hash_over_invalid_json_is_caught_in_python_and_passed_over(store):
-    # SQL checks the hash only; Python checks the JSON too, undoes the statement, and the exact
-    # path takes the work behind the defective row.
+def test_a_forged_hash_over_invalid_json_is_passed_over(store):
+    # Written outside the app (the flag the store sets after checking the JSON is not set): SQL
+    # and Python both refuse to trust it, and the claim takes the work behind the row.
     bad, good = backlog(store, 2)
     text = "{not json"
-    Job.objects.filter(pk=bad.pk).update(proposal=text, proposal_hash=proposal_sha256(text))
+    Job.objects.filter(pk=bad.pk).update(
+        proposal=text, proposal_hash=proposal_sha256(text), proposal_checked=None
+    )
     claimed = store.claim_batch(limit=2, resume_expired=[])
     assert [c.job_id for c in claimed] == [good.pk]
     bad_row = Job.objects.get(pk=bad.pk)

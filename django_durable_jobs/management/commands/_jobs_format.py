@@ -3,7 +3,9 @@
 Pure functions over rows and answers already read; nothing here queries or writes the database.
 The rows' contents come from :mod:`django_durable_jobs.rows` (shared with the REST API); this
 module writes their times as ISO 8601 text and words each
-:class:`~django_durable_jobs.vocabulary.RequestAnswer` for a shell. Django ignores command modules
+:class:`~django_durable_jobs.vocabulary.RequestAnswer` for a shell. Stored words reach the
+terminal through :func:`~django_durable_jobs.terminal.printable` (a cell or a field as one line,
+a block with its newlines) and JSON through ``printable_json``. Django ignores command modules
 whose name starts with ``_``, so this one is no command.
 """
 
@@ -19,7 +21,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from ... import rows
 from ...humanize import relative as age
+from ...jsontext import JsonTooDeep, excerpt, pretty
 from ...models import Job, JobAttempt
+from ...terminal import printable, printable_json
+from ...validation import loads_strict
 from ...values import RequestResult
 from ...vocabulary import RequestAnswer
 
@@ -111,7 +116,7 @@ def _cell(row: dict[str, Any], key: str, now: datetime) -> str:
         seconds = row["heartbeat_age_seconds"]
         return "-" if seconds is None else age(datetime.fromisoformat(row["heartbeat_at"]), now)
     value = row[key]
-    return "-" if value in (None, "") else str(value)
+    return "-" if value in (None, "") else printable(value, keep_newlines=False)
 
 
 # -- show ------------------------------------------------------------------------------------------
@@ -135,15 +140,16 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
         f"{key.ljust(width)}  {_scalar(value)}" for key, value in data.items() if key not in blocks
     ]
     for key in ("proposal", "checkpoint", "result"):
-        lines += ["", f"{key}:", _indent(pretty_json(data[key]))]
+        raw = f"manage.py jobs show {data['id']} --raw {key}"
+        lines += ["", f"{key}:", _indent(pretty_json(data[key], raw=raw))]
     if data["error"] is not None:
         lines += ["", "error:", _indent(data["error"])]
     lines += ["", f"attempts ({len(data['attempt_history'])}, newest first):"]
     for a in data["attempt_history"]:
         ended = age(datetime.fromisoformat(a["ended_at"]), now)
-        raised = f"  raised {a['error_class']}" if a["error_class"] else ""
+        raised = f"  raised {_scalar(a['error_class'])}" if a["error_class"] else ""
         lines.append(
-            f"  epoch {a['epoch']}  {a['outcome']}  by {a['claimed_by'] or '-'}  ended {ended}"
+            f"  epoch {a['epoch']}  {a['outcome']}  by {_scalar(a['claimed_by'])}  ended {ended}"
             f"{raised}"
         )
         if a["error"]:
@@ -153,14 +159,27 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
     return "\n".join(lines)
 
 
-def pretty_json(text: str | None) -> str:
-    """Return stored JSON text indented, or the exact text when it does not parse."""
+def pretty_json(text: str | None, *, raw: str | None = None) -> str:
+    """Return stored JSON text indented, or the stored text when this app cannot read it as JSON.
+
+    At most ``DISPLAY_CAP_BYTES`` of output, built in time linear in it however big or deep the
+    value: a longer one ends with a marker saying how much of the stored text it shows, and
+    ``raw``, the command that prints all of it.
+    """
     if text is None:
         return "(none)"
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
-        return f"(not valid JSON; stored text follows)\n{text}"
+        loads_strict(text)
+    except JsonTooDeep as exc:
+        shown, head = excerpt(text), f"({exc.nesting}; stored text follows)\n"
+    except (TypeError, ValueError):
+        shown, head = excerpt(text), "(not valid JSON; stored text follows)\n"
+    else:
+        shown, head = pretty(text), ""
+    if not shown.truncated:
+        return head + shown.text
+    more = f"; all of it: {raw}" if raw else ""
+    return f"{head}{shown.text}\n{shown.note()}{more}"
 
 
 # -- cancel and retry ------------------------------------------------------------------------------
@@ -200,7 +219,8 @@ def _report(raw: str, job: Job | None, outcome: str, ok: bool, message: str) -> 
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    text = json.dumps(value, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    return printable_json(text)
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
@@ -209,11 +229,12 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _scalar(value: Any) -> str:
-    return "-" if value is None or value == "" else str(value)
+    return "-" if value is None or value == "" else printable(value, keep_newlines=False)
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
-    return "\n".join(prefix + line for line in str(text).splitlines() or [""])
+    lines = printable(text).splitlines()  # escaped first: only newlines are left to split on
+    return "\n".join(prefix + line for line in lines or [""])
 
 
 def _iso(value: Any) -> Any:

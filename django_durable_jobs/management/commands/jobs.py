@@ -22,10 +22,13 @@ from ...conf import jobs_settings
 from ...errors import InputInvalid, NotReclaimable
 from ...models import Job, JobAttempt
 from ...store import DurableJobStore, RequestResult
+from ...terminal import printable
 from ...vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from . import _jobs_format as fmt
 
 API_MISSING = "the REST API is not installed (django_durable_jobs.api.cli is missing)"
+RAW_FIELDS = ("proposal", "checkpoint", "result")  # what ``jobs show ID --raw`` prints
+LIMIT_MAX = 10_000  # rows of one ``jobs list``; page with --status/--operation/... for more
 
 
 class Command(BaseCommand):
@@ -40,13 +43,23 @@ class Command(BaseCommand):
         ls = sub.add_parser("list", parents=[common], help="list jobs, newest first")
         ls.add_argument("--status", choices=JobStatus.values)
         ls.add_argument("--ownership", choices=OWNERSHIP_STATES)
-        ls.add_argument("--operation")
-        ls.add_argument("--scope")
-        ls.add_argument("--queue")
-        ls.add_argument("--limit", type=int, default=50, help="most rows to show (default 50)")
+        ls.add_argument("--operation", help="only jobs of this operation")
+        ls.add_argument("--scope", help="only jobs of this scope")
+        ls.add_argument("--queue", help="only jobs of this queue")
+        ls.add_argument(
+            "--limit",
+            type=int,
+            default=50,
+            help=f"most rows to show, 1-{LIMIT_MAX} (default 50)",
+        )
 
         show = sub.add_parser("show", parents=[common], help="every field and attempt of a job")
         show.add_argument("job_id", metavar="ID")
+        show.add_argument(
+            "--raw",
+            choices=RAW_FIELDS,
+            help="print only this stored value, exactly as stored (escaped on a terminal)",
+        )
         for name, what in (("cancel", "cancellation"), ("retry", "a retry")):
             request = sub.add_parser(name, parents=[common], help=f"request {what} of jobs")
             request.add_argument("job_ids", metavar="ID", nargs="+")
@@ -72,23 +85,21 @@ class Command(BaseCommand):
             using = jobs_settings.database(options["database"])
             store = DurableJobStore(actor=_actor(), using=using)
         except InputInvalid as exc:
-            raise CommandError(exc.message) from exc
+            named = "--database: " if options["database"] is not None else ""
+            raise CommandError(f"{named}{exc.message}") from exc
         getattr(self, f"do_{name}")(store, options)
 
     # -- subcommands -----------------------------------------------------------------------------
 
     def do_list(self, store: DurableJobStore, options: dict[str, Any]) -> None:
-        if options["limit"] < 1:
-            raise CommandError("--limit must be at least 1.")
+        filters = _list_filters(options)
         now = timezone.now()
         rows = Job.objects.using(store.using)
         if options["ownership"]:
             rows = rows.with_ownership_state(options["ownership"], now)
         else:
             rows = rows.with_ownership(now)
-        for field in ("status", "operation", "scope", "queue"):
-            if options[field]:
-                rows = rows.filter(**{field: options[field]})
+        rows = rows.filter(**filters)
         data = []
         for job in rows.order_by("-created_at", "-id")[: options["limit"]]:
             job.ownership = job.ownership_sql  # the database's assessment at ``now``
@@ -102,6 +113,9 @@ class Command(BaseCommand):
 
     def do_show(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         job = _get(store, options["job_id"])
+        if options.get("raw"):
+            self._raw(job, options["raw"])
+            return
         now = timezone.now()
         attempts = JobAttempt.objects.using(store.using).filter(job=job).order_by("-epoch", "-id")
         data = fmt.detail(job, attempts, now)
@@ -109,6 +123,19 @@ class Command(BaseCommand):
             self.stdout.write(fmt.dumps(data))
         else:
             self.stdout.write(fmt.detail_text(data, now))
+
+    def _raw(self, job: Job, field: str) -> None:
+        """Print the job's stored ``field`` whole, byte for byte when piped.
+
+        A terminal gets it with its control characters escaped (the exact bytes could steer
+        it): redirect to a file or a pipe for the exact text.
+        """
+        text = getattr(job, field)
+        if text is None:
+            raise CommandError(f"Job {job.pk} has no stored {field}.")
+        if self.stdout.isatty():
+            text = printable(text)
+        self.stdout.write(text, ending="")
 
     def do_cancel(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         self._request(store, store.request_cancel_result, fmt.CANCEL_SAYS, options)
@@ -129,13 +156,48 @@ class Command(BaseCommand):
             self.stdout.write(fmt.dumps(results))
         else:
             for result in results:
-                self.stdout.write(f"{result['id']}: {result['message']}")
+                self.stdout.write(_line(f"{result['id']}: {result['message']}"))
         refused = [r for r in results if not r["ok"]]
         if refused:
             raise CommandError(
                 f"{len(refused)} of {len(results)} request(s) refused: "
-                + "; ".join(f"{r['id']}: {r['message']}" for r in refused)
+                + "; ".join(_line(f"{r['id']}: {r['message']}") for r in refused)
             )
+
+
+# -- options -------------------------------------------------------------------------------------
+
+
+def _list_filters(options: dict[str, Any]) -> dict[str, Any]:
+    """Return the row filters of ``jobs list``; CommandError names an option that cannot work."""
+    limit = options["limit"]
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIMIT_MAX:
+        raise CommandError(
+            f"--limit must be a whole number from 1 to {LIMIT_MAX:,}; got {limit!r}."
+        )
+    # argparse checks the choices of a command line; call_command(status=...) skips argparse.
+    for option, allowed in (("status", JobStatus.values), ("ownership", OWNERSHIP_STATES)):
+        value = options[option]
+        if value is not None and value not in allowed:
+            raise CommandError(f"--{option} must be one of {', '.join(allowed)}; got {value!r}.")
+    filters = {} if options["status"] is None else {"status": options["status"]}
+    for field in ("operation", "scope", "queue"):
+        value = options[field]
+        if value is None:
+            continue
+        try:
+            filters[field] = validation.name(value, field)
+        except InputInvalid as exc:
+            raise CommandError(
+                f"--{field} must be 1-{validation.NAME_MAX} characters of text without control "
+                f"characters; got {value!r}."
+            ) from exc
+    return filters
+
+
+def _line(text: str) -> str:
+    """Return ``text`` (which may quote an argument or a stored word) as one printable line."""
+    return printable(text, keep_newlines=False)
 
 
 # -- per-id requests -----------------------------------------------------------------------------

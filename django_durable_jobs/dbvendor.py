@@ -5,12 +5,16 @@
   verified before COMMIT and restored, for :mod:`django_durable_jobs.transactions`;
 * ``SKIP LOCKED`` where the database has it, and the capacity gate's row lock;
 * PostgreSQL NOTIFY for new work;
-* recognising a lock-wait timeout among database errors.
+* recognising a lock-wait timeout among database errors;
+* the database's own clock (``database_now``), against which workers measure theirs;
+* telling a wrong configuration from an unreachable database (``misconfiguration``).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.db import connections
@@ -206,3 +210,95 @@ def lock_gate(using: str, operation: str) -> None:
     gates = CapacityGate.objects.using(using)
     gates.get_or_create(operation=operation)
     gates.select_for_update().get(operation=operation)
+
+
+def database_now(using: str) -> datetime:
+    """Return the database server's current time (UTC, aware), read with one query.
+
+    Each database reads its own clock: PostgreSQL ``clock_timestamp()`` (the time of the call,
+    not of the transaction), MariaDB/MySQL ``UTC_TIMESTAMP(6)``, SQLite ``'now'`` (the clock of
+    the host that opens the file: with no server, that is this host's own clock).
+    """
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT clock_timestamp()")
+        elif connection.vendor == "mysql":
+            cursor.execute("SELECT UTC_TIMESTAMP(6)")
+        else:
+            cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+        (value,) = cursor.fetchone()
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:  # MariaDB/MySQL and SQLite answer in UTC, without a zone
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+# Errors that say the configuration is wrong, not that the database is unreachable for now:
+# waiting would not fix them, so a starting worker refuses at once.
+CREDENTIALS = "the database refused the credentials"
+UNKNOWN_DATABASE = "the database does not exist"
+NO_TABLES = "the job tables do not exist (run manage.py migrate)"
+NO_PRIVILEGE = "the database user lacks a privilege the job tables need"
+UNOPENABLE_FILE = "the database file cannot be opened or created"
+POSTGRES_CONFIG_STATES = {
+    "28P01": CREDENTIALS,  # invalid_password
+    "28000": CREDENTIALS,  # invalid_authorization_specification: unknown role, pg_hba.conf
+    "3D000": UNKNOWN_DATABASE,  # invalid_catalog_name
+    "42P01": NO_TABLES,  # undefined_table
+    "42501": NO_PRIVILEGE,  # insufficient_privilege
+}
+# psycopg reports a refused login without a SQLSTATE: the server's text is all there is (in
+# English unless the server's lc_messages says otherwise; then the worker waits, logging why).
+POSTGRES_CONFIG_TEXTS = (
+    (re.compile(r"FATAL: +password authentication failed"), CREDENTIALS),
+    (re.compile(r"FATAL: +no pg_hba\.conf entry"), CREDENTIALS),
+    (re.compile(r'FATAL: +role ".*" does not exist'), CREDENTIALS),
+    (re.compile(r'FATAL: +database ".*" does not exist'), UNKNOWN_DATABASE),
+)
+MYSQL_CONFIG_ERRORS = {
+    1044: CREDENTIALS,  # access denied for user to database
+    1045: CREDENTIALS,  # access denied for user (using password: …)
+    1698: CREDENTIALS,  # access denied (e.g. unix_socket authentication)
+    1049: UNKNOWN_DATABASE,
+    1146: NO_TABLES,
+    1142: NO_PRIVILEGE,  # command denied to user for table
+}
+
+
+def misconfiguration(vendor: str, exc: BaseException) -> str | None:
+    """Return why ``exc`` shows a configuration error, or None when waiting may cure it.
+
+    Only connection-level trouble is worth waiting for: a server that refuses connections, is
+    starting up or shutting down, or dropped the connection. MariaDB/MySQL say which by error code
+    (2002/2003/2013… can't connect; 1045 access denied, 1049 unknown database); psycopg gives a
+    SQLSTATE for errors after login and only a message for a refused login. On SQLite there is
+    no server to wait for: only a locked database is worth another try.
+    """
+    from django.db import InterfaceError, OperationalError
+
+    text = str(exc)
+    if vendor == "postgresql":
+        cause = exc.__cause__ or exc
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        if state in POSTGRES_CONFIG_STATES:
+            return POSTGRES_CONFIG_STATES[state]
+        for pattern, reason in POSTGRES_CONFIG_TEXTS:
+            if pattern.search(text):
+                return reason
+    elif vendor == "mysql":
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if code in MYSQL_CONFIG_ERRORS:
+            return MYSQL_CONFIG_ERRORS[code]
+    elif vendor == "sqlite":
+        if "locked" in text or "busy" in text:
+            return None
+        if "unable to open database file" in text:
+            return UNOPENABLE_FILE
+        if "no such table" in text:
+            return NO_TABLES
+        return f"SQLite cannot use the database ({type(exc).__name__})"
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return f"the database refused a query ({type(exc).__name__})"
+    return None

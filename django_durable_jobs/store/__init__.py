@@ -20,6 +20,7 @@ from ..values import (
     Submission,
 )
 from .claims import ClaimMixin
+from .clock import ClockMixin
 from .fence import assert_write_fence
 from .outcomes import OutcomeMixin
 from .reads import ReadMixin
@@ -42,7 +43,9 @@ __all__ = [
 ]
 
 
-class DurableJobStore(SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin, WorkerRowMixin):
+class DurableJobStore(
+    SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin, WorkerRowMixin, ClockMixin
+):
     """A client of the job table: one owner id, one scope, one clock.
 
     ``DurableJobStore(*, scope=None, actor=None, lease_seconds=30.0, using="default", clock=None)``

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 
 from ..errors import JobError
+from ..terminal import printable
 from ..values import Outcome, Recorded
 from .connections import close_thread_connections, persist
 from .held import Held
@@ -92,7 +93,8 @@ class Completer(threading.Thread):
         try:
             recorded = persist(lambda: self.store.record_outcomes(outcomes), self.retry_until)
         except (DatabaseError, JobError) as exc:  # the leases will expire; the jobs stay evidence
-            logger.error("%d outcome(s) could not be recorded: %s", len(batch), exc)
+            reason = printable(exc, keep_newlines=False)
+            logger.error("%d outcome(s) could not be recorded: %s", len(batch), reason)
             recorded = [Recorded(item.outcome, None, exc) for item in batch]
         for item, result in zip(batch, recorded, strict=True):
             self.on_recorded(item.held, report_recorded(item.held.claim, result, item.duration))

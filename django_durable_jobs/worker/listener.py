@@ -12,6 +12,7 @@ from typing import Any
 from django.db import connections
 
 from ..dbvendor import WORK_CHANNEL
+from ..terminal import printable
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -62,7 +63,9 @@ class NotifyListener(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - any driver error: reconnect; polling covers us
                 self.listening.clear()
                 lost = True
-                reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+                reason = printable(
+                    " ".join(str(exc).split())[:200] or type(exc).__name__, keep_newlines=False
+                )
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", reason, delay)
                 self.stop.wait(delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)

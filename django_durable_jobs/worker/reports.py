@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import LeaseLost
+from ..terminal import printable
 from ..values import Claimed, Recorded
 from ..vocabulary import AttemptOutcomeChoice
 
@@ -92,17 +93,21 @@ def report_recorded(claim: Claimed, recorded: Recorded, duration: float) -> Atte
 
 
 def log(report: AttemptReport) -> None:
-    """Log one line for an attempt that ended; a failed one at WARNING, with its traceback."""
+    """Log one line for an attempt that ended; a failed one at WARNING, with its traceback.
+
+    The operation and error (job code's words) are escaped to one printable line, the traceback
+    keeps its newlines: nothing they hold can steer a terminal or forge another log line.
+    """
     failed = report.outcome == AttemptEnd.FAILED
     logger.log(
         logging.WARNING if failed else logging.INFO,
         "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s%s",
         report.job_id,
-        report.operation,
+        printable(report.operation, keep_newlines=False),
         report.attempt,
         report.epoch,
         report.outcome,
         report.duration,
-        f" error={report.error}" if report.error else "",
-        f"\n{report.traceback.rstrip()}" if report.traceback else "",
+        f" error={printable(report.error, keep_newlines=False)}" if report.error else "",
+        f"\n{printable(report.traceback.rstrip())}" if report.traceback else "",
     )

@@ -27,16 +27,21 @@ from .. import registry
 from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
 from ..store.outcomes import failure_details
+from ..terminal import printable
 from ..values import Claimed, Outcome
 from .attempt import context_of, message_of, registered_executor, run
+from .clock import ClockCheck
+from .clock import describe as describe_skew
 from .completer import FLUSH_MAX, Completer, Finished
 from .connections import close_thread_connections, reset_broken_connections
 from .heartbeat import Heartbeat
 from .held import Held, HeldState
 from .holdings import Holdings
 from .listener import NotifyListener
+from .options import check as check_options
 from .reports import AttemptEnd, AttemptReport, log
 from .shutdown import ShutdownMixin
+from .startup import until_reachable, wait_for_database
 from .watchdog import TIMEOUT_GRACE, TimeoutMixin, Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -62,27 +67,8 @@ class WorkerOptions:
     status_every: float | None = None
 
     def validate(self) -> None:
-        """Raise ValueError with a clear message for options that cannot work."""
-        if self.concurrency < 1:
-            raise ValueError("--concurrency must be at least 1.")
-        if self.prefetch is not None and self.prefetch < 0:
-            raise ValueError("--prefetch must not be negative.")
-        if not self.lease_seconds > 0:
-            raise ValueError("--lease must be a positive number of seconds.")
-        if not self.poll > 0:
-            raise ValueError("--poll must be a positive number of seconds.")
-        if self.max_jobs is not None and self.max_jobs < 1:
-            raise ValueError("--max-jobs must be at least 1.")
-        if self.grace < 0:
-            raise ValueError("--grace must not be negative.")
-        if not self.timeout_grace >= 0:
-            raise ValueError("--timeout-grace must not be negative.")
-        unknown = [op for op in self.operations or [] if registry.get(op) is None]
-        if unknown:
-            known = ", ".join(sorted(registry.all_operations())) or "none"
-            raise ValueError(
-                f"Unknown operation(s): {', '.join(unknown)}. Registered operations: {known}."
-            )
+        """Raise ValueError naming the option that cannot work (bounds in ``options.py``)."""
+        check_options(self)
 
 
 class Worker(ShutdownMixin, TimeoutMixin):
@@ -143,16 +129,35 @@ class Worker(ShutdownMixin, TimeoutMixin):
         self.thread_numbers = itertools.count(1)  # names of job threads, replacements included
         self.abandoned = 0  # job threads given up on after a timeout (guarded by the lock)
         self.abandoned_running = 0  # ... whose executors have not returned yet
+        # No claims while this host's clock is too far from the database's (see clock.py).
+        self.clock_check = ClockCheck(
+            self.store, options.lease_seconds, on_resume=lambda: self.wake.set()
+        )
+
+    wait_for_database = staticmethod(wait_for_database)  # for runjobs, before it builds one
 
     # -- the fetch loop ------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Claim and run jobs until stopped (or, with ``burst``, until nothing is claimable)."""
-        self.store.register_worker(
-            concurrency=self.options.concurrency,
-            queues=self.options.queues,
-            operations=self.operations,
+        """Claim and run jobs until stopped (or, with ``burst``, until nothing is claimable).
+
+        A database that cannot be reached yet is waited for (see ``startup.py``); one that
+        refuses the configuration raises ``DatabaseUnusable``.
+        """
+        registered = until_reachable(
+            self.using,
+            lambda: self.store.register_worker(
+                concurrency=self.options.concurrency,
+                queues=self.options.queues,
+                operations=self.operations,
+            ),
+            stopping=self.stopping,
         )
+        if not registered:  # stopped while waiting: nothing started, nothing to sign off
+            logger.info("stopped before the database could be reached")
+            close_thread_connections()
+            return 0
+        self.clock_check.measure()
         if NotifyListener.supported(self.using):
             NotifyListener(self.using, self.wake, self.stopped).start()
         self.heartbeat.start()
@@ -160,7 +165,8 @@ class Worker(ShutdownMixin, TimeoutMixin):
         self.watchdog.start()
         for _ in range(self.options.concurrency):
             self._start_job_thread()
-        logger.info("worker %s started (owner %s)", self.store.actor, self.store.owner_id)
+        actor = printable(self.store.actor, keep_newlines=False)
+        logger.info("worker %s started (owner %s)", actor, self.store.owner_id)
         clean = False
         try:
             self._fetch_loop()
@@ -235,6 +241,8 @@ class Worker(ShutdownMixin, TimeoutMixin):
         if limit == 0:
             self.drained = False
             return []
+        if not self.clock_check.allows_claims():  # logged; back off as for an unavailable database
+            return None
         try:
             claimed = self.store.claim_batch(
                 operations=self.operations, queues=self.options.queues, limit=limit
@@ -294,7 +302,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
         logger.debug(
             "job %s %s attempt=%s epoch=%s started",
             lease.job_id,
-            job.operation,
+            printable(job.operation, keep_newlines=False),
             job.attempts,
             lease.epoch,
         )
@@ -344,6 +352,8 @@ class Worker(ShutdownMixin, TimeoutMixin):
             self.store.worker_heartbeat(leases_held=held, stopping=self.stopping.is_set())
         except DatabaseError:
             reset_broken_connections()
+            return
+        self.clock_check.measure()
 
     def _lease_may_be_alive(self, lease: Lease) -> bool:
         return self.store.clock() < lease.expires_at or not self.stopped.is_set()
@@ -368,5 +378,13 @@ class Worker(ShutdownMixin, TimeoutMixin):
         return (
             f"runjobs {self.store.actor}: running={counts[HeldState.RUNNING]} "
             f"buffered={counts[HeldState.BUFFERED]} claimed={self.claimed} finished: {done}"
-            f"{abandoned}"
+            f"{abandoned}{self._skew_note()}"
         )
+
+    def _skew_note(self) -> str:
+        """Return the status line's note on claims refused for clock skew ("" when claiming)."""
+        check = self.clock_check
+        with check.lock:
+            if not check.refusing or check.skew is None:
+                return ""
+            return f" NOT CLAIMING: clock {describe_skew(check.skew)} the database's"

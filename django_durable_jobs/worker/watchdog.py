@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..terminal import printable
 from ..values import Outcome
 from ..vocabulary import AttemptOutcomeChoice
 from .attempt import message_of
@@ -205,4 +206,5 @@ class TimeoutMixin:
 
 def _warn(entry: Held, message: str, *args: object) -> None:
     """Log ``message`` at WARNING about ``entry``'s job: ``job <id> <operation> <message>``."""
-    logger.warning(f"job %s %s {message}", entry.lease.job_id, entry.claim.job.operation, *args)
+    operation = printable(entry.claim.job.operation, keep_newlines=False)
+    logger.warning(f"job %s %s {message}", entry.lease.job_id, operation, *args)

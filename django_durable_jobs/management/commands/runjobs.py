@@ -11,7 +11,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import jobs_settings
+from ...errors import JobError
+from ...terminal import PrintableFormatter, printable
 from ...worker import Worker, WorkerOptions
+from ...worker.options import LEASE_SECONDS, PROCESSES, seconds, whole
 from ...worker.watchdog import TIMEOUT_GRACE
 
 DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
@@ -23,71 +26,93 @@ class Command(BaseCommand):
         "cleanly on SIGTERM/SIGINT (a second signal requests cancellation of running jobs)."
     )
 
+    def get_check_kwargs(self, options) -> dict:
+        # Static checks only (Django 6 also asks each database, e.g. MariaDB its version): the
+        # database may not be up yet, and the worker waits for it (worker/startup.py).
+        return {**super().get_check_kwargs(options), "databases": []}
+
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--concurrency", type=int, default=4, help="job threads (default 4)")
+        parser.add_argument(
+            "--concurrency", type=int, default=4, help="job threads, 1-1000 (default 4)"
+        )
         parser.add_argument(
             "--prefetch",
             type=int,
             default=None,
-            help="claimed jobs kept ready for the job threads (default: --concurrency)",
+            help="claimed jobs kept ready for the job threads, 0-10000 (default: --concurrency)",
         )
-        parser.add_argument("--processes", type=int, default=1, help="worker processes to run")
-        parser.add_argument("--operation", action="append", dest="operations", default=None)
-        parser.add_argument("--queue", action="append", dest="queues", default=None)
+        parser.add_argument(
+            "--processes", type=int, default=1, help="worker processes to run, 1-256 (default 1)"
+        )
+        parser.add_argument(
+            "--operation",
+            action="append",
+            dest="operations",
+            default=None,
+            metavar="NAME",
+            help="only claim jobs of this registered operation; repeat for more "
+            "(default: every operation registered in this process)",
+        )
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            default=None,
+            metavar="NAME",
+            help="only claim jobs of this queue; repeat for more (default: every queue)",
+        )
         parser.add_argument(
             "--lease",
             "--lease-seconds",
             dest="lease_seconds",
             type=float,
             default=None,
-            help="how long each lease lasts, in seconds (default: DURABLE_JOBS['LEASE_SECONDS'])",
+            help="how long each lease lasts, 0.1-86400 seconds "
+            "(default: DURABLE_JOBS['LEASE_SECONDS'])",
         )
-        parser.add_argument("--poll", type=float, default=1.0, help="poll interval seconds")
-        parser.add_argument("--grace", type=float, default=30.0, help="shutdown grace seconds")
+        parser.add_argument(
+            "--poll", type=float, default=1.0, help="poll interval, 0.01-3600 seconds (default 1)"
+        )
+        parser.add_argument(
+            "--grace",
+            type=float,
+            default=30.0,
+            help="seconds running jobs get to finish after a stop signal, 0-86400 (default 30)",
+        )
         parser.add_argument(
             "--timeout-grace",
             type=float,
             default=TIMEOUT_GRACE,
             help="seconds a job past its operation's timeout gets to stop after it was cancelled, "
-            f"before it is failed and its thread abandoned (default {TIMEOUT_GRACE:g})",
+            f"before it is failed and its thread abandoned, 0-86400 (default {TIMEOUT_GRACE:g})",
         )
         parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
-        parser.add_argument("--max-jobs", type=int, default=None, help="exit after N jobs")
+        parser.add_argument(
+            "--max-jobs", type=int, default=None, help="exit after N jobs, 1-1000000000"
+        )
         parser.add_argument("--scope", default=None, help="only jobs of this scope")
-        parser.add_argument("--database", default=None, help="database alias")
+        parser.add_argument(
+            "--database", default=None, help="database alias (default: DURABLE_JOBS['DATABASE'])"
+        )
 
     def handle(self, *args, **options) -> None:
+        # Every option is checked here, before a child process, a log handler or the database.
+        worker_options = _worker_options(options)
         if options["processes"] > 1:
             sys.exit(self.run_processes(options["processes"]))
-        if options["processes"] < 1:
-            raise CommandError("--processes must be at least 1.")
-        worker_options = WorkerOptions(
-            concurrency=options["concurrency"],
-            prefetch=options["prefetch"],
-            operations=options["operations"],
-            queues=options["queues"],
-            lease_seconds=options["lease_seconds"] or jobs_settings.LEASE_SECONDS,
-            poll=options["poll"],
-            burst=options["burst"],
-            max_jobs=options["max_jobs"],
-            scope=options["scope"],
-            grace=options["grace"],
-            timeout_grace=options["timeout_grace"],
-            using=options["database"],
-            status_every=10.0 if options["verbosity"] >= 2 else None,
-        )
         _log_to_stderr(options["verbosity"])
-        _discover_tasks(options["database"])
+        if not Worker.wait_for_database(options["database"], then=_discover_tasks):
+            return  # SIGTERM/SIGINT before the database answered: nothing started
         try:
-            worker = Worker(worker_options, report=lambda line: self.stdout.write(line))
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
+            worker = Worker(worker_options, report=lambda line: self.stdout.write(printable(line)))
+        except (ValueError, JobError) as exc:
+            raise CommandError(getattr(exc, "message", str(exc))) from exc
         worker.install_signal_handlers()
         if options["verbosity"] >= 1:
             self.stdout.write(
-                f"runjobs: {worker.store.actor} with {worker_options.concurrency} thread(s), "
-                f"lease {worker_options.lease_seconds:g}s. SIGTERM/Ctrl-C stops claiming; a second one "
-                f"requests cancellation."
+                f"runjobs: {printable(worker.store.actor, keep_newlines=False)} with "
+                f"{worker_options.concurrency} thread(s), lease {worker_options.lease_seconds:g}s. "
+                f"SIGTERM/Ctrl-C stops claiming; a second one requests cancellation."
             )
         worker.run()
 
@@ -108,6 +133,36 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
         return max(child.wait() for child in children)
+
+
+def _worker_options(options: dict) -> WorkerOptions:
+    """Return the checked ``WorkerOptions`` of the command line; CommandError names a bad one."""
+    lease_seconds = options["lease_seconds"]
+    try:
+        whole(options["processes"], "--processes", PROCESSES)
+        if lease_seconds is None:  # a refusal then names the setting, not the option
+            lease_seconds = seconds(
+                jobs_settings.LEASE_SECONDS, "DURABLE_JOBS['LEASE_SECONDS']", LEASE_SECONDS
+            )
+        worker_options = WorkerOptions(
+            concurrency=options["concurrency"],
+            prefetch=options["prefetch"],
+            operations=options["operations"],
+            queues=options["queues"],
+            lease_seconds=lease_seconds,
+            poll=options["poll"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            scope=options["scope"],
+            grace=options["grace"],
+            timeout_grace=options["timeout_grace"],
+            using=options["database"],
+            status_every=10.0 if options["verbosity"] >= 2 else None,
+        )
+        worker_options.validate()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    return worker_options
 
 
 def _discover_tasks(using: str | None) -> None:
@@ -144,5 +199,6 @@ def _log_to_stderr(verbosity: int) -> None:
     logger.setLevel(levels.get(verbosity, logging.DEBUG))
     if not logger.hasHandlers():
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        # Tracebacks and messages can hold a job's words: print them escaped.
+        handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)

@@ -1,0 +1,110 @@
+"""What ``runjobs`` may be asked: the bounds of each option and the check of a ``WorkerOptions``.
+
+Every refusal is a ``ValueError`` whose message names the option as ``runjobs`` spells it and
+says what it accepts, raised before the worker touches the database (``runjobs`` turns it into a
+``CommandError``). Values come from the command line (so ``inf``, ``nan`` and 20-digit numbers
+parse) or from code building ``WorkerOptions`` directly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from .. import registry, validation
+from ..errors import InputInvalid
+
+if TYPE_CHECKING:
+    from .runner import WorkerOptions
+
+# (low, high) of each numeric option; a job thread holds a database connection, a lease is
+# renewed every third of its length, and a wait longer than ``threading.TIMEOUT_MAX`` overflows.
+CONCURRENCY = (1, 1000)
+PREFETCH = (0, 10_000)
+PROCESSES = (1, 256)
+MAX_JOBS = (1, 1_000_000_000)
+LEASE_SECONDS = (0.1, 86_400.0)
+POLL_SECONDS = (0.01, 3_600.0)
+GRACE_SECONDS = (0.0, 86_400.0)
+
+__all__ = [
+    "CONCURRENCY",
+    "GRACE_SECONDS",
+    "LEASE_SECONDS",
+    "MAX_JOBS",
+    "POLL_SECONDS",
+    "PREFETCH",
+    "PROCESSES",
+    "check",
+    "seconds",
+    "whole",
+]
+
+
+def check(options: WorkerOptions) -> None:
+    """Raise ValueError naming the first option of ``options`` that cannot work."""
+    whole(options.concurrency, "--concurrency", CONCURRENCY)
+    if options.prefetch is not None:
+        whole(options.prefetch, "--prefetch", PREFETCH)
+    seconds(options.lease_seconds, "--lease-seconds", LEASE_SECONDS)
+    seconds(options.poll, "--poll", POLL_SECONDS)
+    if options.max_jobs is not None:
+        whole(options.max_jobs, "--max-jobs", MAX_JOBS)
+    seconds(options.grace, "--grace", GRACE_SECONDS)
+    seconds(options.timeout_grace, "--timeout-grace", GRACE_SECONDS)
+    if options.scope is not None:
+        _name(options.scope, "--scope", "scope")
+    for queue in options.queues or []:
+        _name(queue, "--queue", "queue")
+    for name in options.operations or []:
+        _operation(name)
+    unknown = [op for op in options.operations or [] if registry.get(op) is None]
+    if unknown:
+        known = ", ".join(sorted(registry.all_operations())) or "none"
+        raise ValueError(  # names _operation() accepted: nothing to escape
+            f"--operation: Unknown operation(s): {', '.join(unknown)}. "
+            f"Registered operations: {known}."
+        )
+    if options.using is not None and options.using not in connections.databases:
+        aliases = ", ".join(sorted(connections.databases))
+        raise ValueError(
+            f"--database must name an alias of settings.DATABASES ({aliases}); "
+            f"got {options.using!r}."
+        )
+
+
+def whole(value: Any, option: str, bounds: tuple[int, int]) -> int:
+    """Return ``value`` when it is a whole number within ``bounds``; else raise ValueError."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{option} must be a whole number from {low} to {high:,}; got {value!r}.")
+    return value
+
+
+def seconds(value: Any, option: str, bounds: tuple[float, float]) -> float:
+    """Return ``value`` when it is a finite number of seconds within ``bounds``."""
+    low, high = bounds
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or not low <= value <= high:
+        lowest = "a positive" if low > 0 else "a non-negative"
+        raise ValueError(
+            f"{option} must be {lowest} finite number of seconds from {low:g} to {high:,g}; "
+            f"got {value!r}."
+        )
+    return float(value)
+
+
+def _name(value: Any, option: str, what: str) -> None:
+    try:
+        validation.name(value, what)
+    except InputInvalid as exc:
+        raise ValueError(f"{option}: {exc.message}") from None
+
+
+def _operation(value: Any) -> None:
+    try:
+        validation.operation(value)
+    except InputInvalid as exc:
+        raise ValueError(f"--operation: {exc.message}") from None

@@ -50,7 +50,17 @@ class PayloadTooLarge(InputInvalid):
 
 
 class CapacityReached(JobError):
+    """A limit is reached (``max_running``, a scope's pending cap or submission rate); retry later.
+
+    ``retry_after`` is the number of seconds after which trying again can succeed, when known
+    (a rate limit's window); None when it depends on other work finishing.
+    """
+
     code = "E_JOB_CAPACITY_REACHED"
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
 
 
 class ScopeMismatch(JobError):

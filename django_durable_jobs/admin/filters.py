@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from .. import registry
+from ..conf import jobs_settings
 from ..models import Job
 from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership
 
@@ -52,7 +53,11 @@ def _recent_values(request) -> dict[str, set]:
     """
     cached = getattr(request, "_durable_jobs_recent_values", None)
     if cached is None:
-        rows = Job.objects.order_by("-created_at", "-id").values_list(*RECENT_FIELDS)
+        rows = (
+            Job.objects.using(jobs_settings.DATABASE)
+            .order_by("-created_at", "-id")
+            .values_list(*RECENT_FIELDS)
+        )
         cached = {field: set() for field in RECENT_FIELDS}
         for values in rows[:RECENT_ROWS]:
             for field, value in zip(RECENT_FIELDS, values, strict=True):
@@ -68,9 +73,10 @@ class RecentValuesFilter(admin.SimpleListFilter):
     """
 
     field = ""
+    lookup = ""  # the path from the filtered model to the job's column, when not ``field``
 
     def __init__(self, request, params, model, model_admin):
-        self.parameter_name = f"{self.field}__exact"
+        self.parameter_name = self.parameter_name or f"{self.field}__exact"
         self.title = self.field
         super().__init__(request, params, model, model_admin)
 
@@ -87,9 +93,10 @@ class RecentValuesFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
+        path = self.lookup or self.field
         if value == NULL_VALUE:
-            return queryset.filter(**{f"{self.field}__isnull": True})
-        return queryset.filter(**{self.field: value})
+            return queryset.filter(**{f"{path}__isnull": True})
+        return queryset.filter(**{path: value})
 
 
 class OperationFilter(RecentValuesFilter):
@@ -102,3 +109,11 @@ class ScopeFilter(RecentValuesFilter):
 
 class QueueFilter(RecentValuesFilter):
     field = "queue"
+
+
+class AttemptOperationFilter(RecentValuesFilter):
+    """The attempt list's filter by its job's operation (``?job__operation=...``)."""
+
+    field = "operation"
+    lookup = "job__operation"
+    parameter_name = "job__operation"  # a class attribute: the admin allows lookups by it

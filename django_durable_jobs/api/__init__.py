@@ -5,8 +5,9 @@ Mount the ready API::
     from django_durable_jobs.api import api
     urlpatterns = [path("jobs/api/", api.urls)]
 
-or the router in your own ``NinjaAPI`` (then call ``install_error_handlers(your_api)`` and wrap your
-URLs with ``non_atomic_urls`` when a database uses ``ATOMIC_REQUESTS``)::
+or the router in your own ``NinjaAPI`` (then call ``install_error_handlers(your_api)``, wrap your
+URLs with ``json_error_urls`` for JSON 404s and 405s, and with ``non_atomic_urls`` when a database
+uses ``ATOMIC_REQUESTS``)::
 
     from django_durable_jobs.api import router
     your_api.add_router("/durable/", router)
@@ -18,11 +19,20 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import NinjaAPI
+from ninja.parser import Parser
 
-from .errors import install_error_handlers
+from .errors import install_error_handlers, json_error_urls
+from .parser import JobsParser
 from .routes import router
 
-__all__ = ["DurableJobsAPI", "api", "install_error_handlers", "non_atomic_urls", "router"]
+__all__ = [
+    "DurableJobsAPI",
+    "api",
+    "install_error_handlers",
+    "json_error_urls",
+    "non_atomic_urls",
+    "router",
+]
 
 
 class _EveryAlias(frozenset):
@@ -52,10 +62,11 @@ def _docs_require_login(view):
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any):
         for method in AUTH:
             try:
-                if method(request):
-                    return view(request, *args, **kwargs)
+                authenticated = method(request)
             except Exception:  # noqa: BLE001 - a failed CSRF check means "not this way"
                 continue
+            if authenticated:  # the view's own errors are not an authentication failure
+                return view(request, *args, **kwargs)
         response = JsonResponse(
             {"code": "E_API_UNAUTHENTICATED", "message": "Authentication required."}, status=401
         )
@@ -66,10 +77,19 @@ def _docs_require_login(view):
 
 
 class DurableJobsAPI(NinjaAPI):
-    """A NinjaAPI whose views run outside ATOMIC_REQUESTS and answer errors as JSON."""
+    """A NinjaAPI whose views run outside ATOMIC_REQUESTS and answer every error as JSON.
+
+    Its URLs end with a catch-all, so a path under the mount point that names no endpoint is a
+    JSON 404 rather than Django's page; a method a path does not serve is a JSON 405. Its body
+    parser (:class:`~django_durable_jobs.api.parser.JobsParser`) refuses JSON nested deeper than
+    the app accepts before parsing it.
+    """
+
+    def __init__(self, *args: Any, parser: Parser | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, parser=parser or JobsParser(), **kwargs)
 
     def _get_urls(self) -> list:
-        return non_atomic_urls(super()._get_urls())
+        return non_atomic_urls(json_error_urls(super()._get_urls()))
 
 
 api = DurableJobsAPI(

@@ -20,7 +20,7 @@ from .. import validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid
 from ..models import ApiToken
-from .tokens import authenticate_token
+from .tokens import authenticate_token, token_allows
 
 PERMISSIONS = {
     "view": "durable_jobs.view_job",
@@ -80,6 +80,20 @@ def require(request: HttpRequest, action: str) -> None:
     perm = PERMISSIONS[action]
     if not caller(request).has_perm(perm):
         raise AuthorizationError(403, f"Permission {perm} is required to {action} jobs.")
+
+
+def require_operation(request: HttpRequest, operation: str) -> None:
+    """Refuse with 403 when the caller's bearer token may not submit ``operation``.
+
+    Session callers are limited by their permissions only.
+    """
+    token = getattr(request, "durable_jobs_token", None)
+    if token is not None and not token_allows(token, operation):
+        raise AuthorizationError(
+            403,
+            f"This token may not submit {operation!r}; it is limited to other operations. Use "
+            f"a token made for it (manage.py jobs token create --operation {operation}).",
+        )
 
 
 def default_scope(request: HttpRequest) -> str:

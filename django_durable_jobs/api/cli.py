@@ -1,19 +1,29 @@
 """``manage.py jobs token create|revoke|list``: bearer tokens of the REST API.
 
+``create`` can limit a token to operations (``--operation``, repeatable) and give it an end
+(``--expires-in`` or ``--expires-at``); ``list`` shows both (``*``: every operation).
+
 ``jobs.py`` (the ``jobs`` command) calls :func:`add_token_parser` to add the ``token`` subcommand
 and :func:`handle_token` to run it. A new token is printed once and never stored in clear.
 """
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
+from .. import registry
 from ..conf import jobs_settings
-from ..errors import JobError
+from ..errors import InputInvalid, JobError
 from ..models import ApiToken
-from .tokens import create_token, revoke_token
+from .tokens import create_token, revoke_token, token_expired
+
+DURATION_RE = re.compile(r"(\d+)([wdhms])")
+DURATION_UNITS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
 
 
 def add_token_parser(subparsers) -> Any:
@@ -25,6 +35,25 @@ def add_token_parser(subparsers) -> Any:
     create.add_argument("--user", required=True, help="username the token acts as")
     create.add_argument("--scope", required=True, help="the only scope the token can see")
     create.add_argument("--name", default="", help="a label to recognise the token by")
+    create.add_argument(
+        "--operation",
+        action="append",
+        dest="operations",
+        default=None,
+        metavar="NAME",
+        help="an operation the token may submit (repeatable; default: every operation)",
+    )
+    expiry = create.add_mutually_exclusive_group()
+    expiry.add_argument(
+        "--expires-in",
+        metavar="DURATION",
+        help="end the token after this long: seconds, or e.g. 90m, 12h, 30d, 1w2d",
+    )
+    expiry.add_argument(
+        "--expires-at",
+        metavar="ISO",
+        help="end the token at this time, with a UTC offset (2030-01-31T12:00:00+00:00)",
+    )
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("token_id", type=int, metavar="ID")
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
@@ -58,16 +87,80 @@ def _create(options: dict[str, Any], stdout) -> int:
         stdout.write(f"Error: no user {options['user']!r}.\n")
         return 1
     try:
-        issued = create_token(user, options["scope"], options.get("name") or "")
+        expires_at = _expiry(options.get("expires_in"), options.get("expires_at"))
+        issued = create_token(
+            user,
+            options["scope"],
+            options.get("name") or "",
+            operations=options.get("operations"),
+            expires_at=expires_at,
+        )
     except JobError as exc:
         stdout.write(f"Error: {exc.message}\n")
         return 1
     row = issued.row
+    limits = f"operations: {_operations(row)}; expires: {_expires(row)}"
     stdout.write(
         f"Created token {row.pk} ({row.name or 'unnamed'}) for {user.get_username()} in scope "
-        f"{row.scope!r}.\nToken (shown only now; store it safely):\n{issued.token}\n"
+        f"{row.scope!r} ({limits}).\n"
     )
+    for name in row.operations:
+        if registry.get(name) is None:
+            stdout.write(f"Note: no @operation {name!r} is registered in this project.\n")
+    stdout.write(f"Token (shown only now; store it safely):\n{issued.token}\n")
     return 0
+
+
+def parse_duration(text: str) -> timedelta:
+    """Return the positive duration ``text`` names: whole seconds, or units like ``1d12h``."""
+    text = (text or "").strip().lower()
+    if text.isdigit():
+        seconds = int(text)
+    elif text and DURATION_RE.sub("", text) == "":
+        seconds = sum(int(n) * DURATION_UNITS[unit] for n, unit in DURATION_RE.findall(text))
+    else:
+        raise InputInvalid(
+            f"--expires-in is a duration like 3600, 90m, 12h, 30d or 1w2d; got {text!r}."
+        )
+    if seconds <= 0:
+        raise InputInvalid(f"--expires-in must be longer than zero; got {text!r}.")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise InputInvalid(f"--expires-in is too long; got {text!r}.") from None
+
+
+def _expiry(expires_in: str | None, expires_at: str | None) -> datetime | None:
+    """Return the expiry time the options ask for (None: the token never expires)."""
+    if expires_in is not None:
+        try:
+            return timezone.now() + parse_duration(expires_in)
+        except OverflowError:
+            raise InputInvalid(f"--expires-in is too long; got {expires_in!r}.") from None
+    if expires_at is None:
+        return None
+    try:
+        when = datetime.fromisoformat(expires_at.strip())
+    except ValueError:
+        raise InputInvalid(
+            f"--expires-at is an ISO 8601 time like 2030-01-31T12:00:00+00:00; got {expires_at!r}."
+        ) from None
+    if when.tzinfo is None:
+        raise InputInvalid(
+            f"--expires-at needs a UTC offset (+00:00 or Z) to name one moment; got {expires_at!r}."
+        )
+    return when
+
+
+def _operations(row: ApiToken) -> str:
+    return ",".join(row.operations) if row.operations else "*"
+
+
+def _expires(row: ApiToken) -> str:
+    if row.expires_at is None:
+        return "never"
+    text = row.expires_at.isoformat(timespec="seconds")
+    return f"{text} (expired)" if token_expired(row) else text
 
 
 def _list(options: dict[str, Any], stdout) -> int:
@@ -80,7 +173,9 @@ def _list(options: dict[str, Any], stdout) -> int:
         rows = rows.filter(**{f"user__{get_user_model().USERNAME_FIELD}": options["user"]})
     if not options.get("all"):
         rows = rows.filter(revoked_at__isnull=True)
-    stdout.write("ID\tPREFIX\tUSER\tSCOPE\tNAME\tCREATED\tLAST USED\tREVOKED\n")
+    stdout.write(
+        "ID\tPREFIX\tUSER\tSCOPE\tNAME\tOPERATIONS\tEXPIRES\tCREATED\tLAST USED\tREVOKED\n"
+    )
     for row in rows:
         fields = [
             row.pk,
@@ -88,6 +183,8 @@ def _list(options: dict[str, Any], stdout) -> int:
             row.user.get_username(),
             row.scope,
             row.name or "-",
+            _operations(row),
+            _expires(row),
             row.created_at.isoformat(timespec="seconds"),
             row.last_used_at.isoformat(timespec="seconds") if row.last_used_at else "-",
             row.revoked_at.isoformat(timespec="seconds") if row.revoked_at else "-",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf
+from . import conf, quotas
 from .conf import jobs_settings
 from .dbvendor import has_immediate_transactions
 
@@ -55,6 +55,14 @@ def check_settings(app_configs=None, **kwargs) -> list:
         errors.append(
             Error(
                 "DURABLE_JOBS['LEASE_SECONDS'] must be a positive number.", id="durable_jobs.E005"
+            )
+        )
+    for problem in quotas.settings_problems():
+        errors.append(
+            Error(
+                problem,
+                hint="See the quotas page of the documentation for the keys and their values.",
+                id="durable_jobs.E013",
             )
         )
     resolver = raw.get("SCOPE_RESOLVER")

@@ -14,6 +14,11 @@ Defaults:
 ``SCOPE_RESOLVER``      ``None`` — dotted path to ``callable(request) -> scope`` that gives a REST API
                         caller's scope; ``None`` uses the bearer token's scope, or ``DEFAULT_SCOPE``
                         for a session user (``django_durable_jobs.api.auth.default_scope``).
+``QUOTAS``              ``{}`` — limits every scope gets, over the built-in defaults
+                        (``MAX_PENDING`` 100,000; no rate limits, priority ceiling or running
+                        limit); see ``django_durable_jobs.quotas``.
+``SCOPE_QUOTAS``        ``{}`` — scope name → limits that replace ``QUOTAS``' for that scope.
+``RATE_LIMIT_CACHE``    ``"default"`` — the Django cache alias the submission rate limits count in.
 
 ``manage.py check`` reports unknown keys and values of the wrong type (``durable_jobs.E00x``).
 """
@@ -34,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "LEASE_SECONDS": 30.0,
     "SCOPE_RESOLVER": None,
+    "QUOTAS": {},
+    "SCOPE_QUOTAS": {},
+    "RATE_LIMIT_CACHE": "default",
 }
 
 
@@ -71,6 +79,20 @@ class JobsSettings:
         """Return the imported scope resolver, or None for the default one."""
         path = _raw("SCOPE_RESOLVER")
         return None if path is None else import_string(path)
+
+    @property
+    def QUOTAS(self) -> dict[str, Any]:  # noqa: N802
+        value = _raw("QUOTAS")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def SCOPE_QUOTAS(self) -> dict[str, dict[str, Any]]:  # noqa: N802
+        value = _raw("SCOPE_QUOTAS")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def RATE_LIMIT_CACHE(self) -> str:  # noqa: N802
+        return str(_raw("RATE_LIMIT_CACHE"))
 
     def database(self, using: str | None = None) -> str:
         """Return ``using`` when given, else the ``DATABASE`` alias of the job tables."""

@@ -50,6 +50,10 @@ def _emit(obj: dict[str, Any]) -> None:
 def _store(args: dict[str, Any]):
     from django_durable_jobs.store import DurableJobStore
 
+    if "durable_jobs" in args:  # the parent's DURABLE_JOBS settings, e.g. quotas
+        from django.test import override_settings
+
+        override_settings(DURABLE_JOBS=args["durable_jobs"]).enable()
     fixed = datetime.fromisoformat(args["clock"])
     return DurableJobStore(actor=args["actor"], lease_seconds=30.0, clock=lambda: fixed)
 

@@ -15,12 +15,12 @@ PACKAGE = Path(django_durable_jobs.__file__).resolve().parent
 
 # Lowest first. A module may import from its own layer and the layers before it.
 LAYERS = [
-    {"errors", "conf", "expressions", "humanize"},
-    {"validation", "retry"},
+    {"errors", "conf", "expressions", "humanize", "terminal"},
+    {"validation", "retry", "jsontext"},
     {"vocabulary", "registry"},
     {"values", "execution"},
     {"querysets", "models", "migrations"},
-    {"dbvendor", "transactions", "checks", "rows"},
+    {"dbvendor", "transactions", "checks", "rows", "quotas"},
     {"store"},
     {"submission", "worker"},
     {"manager"},

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TABLE = Job._meta.db_table
 RETRY_INDEX = "durable_jobs_retry_status_idx"
 # Every scan index leads with status, so any of them confines a scan to the live rows.
-OUR_INDEXES = {"durable_jobs_claim_idx", "durable_jobs_lease_idx", RETRY_INDEX}
+CLAIM_INDEX = "durable_jobs_scope_claim_idx"
+OUR_INDEXES = {CLAIM_INDEX, "durable_jobs_lease_idx", RETRY_INDEX}
 TERMINAL_ROWS = 20_000
 PROPOSAL = '{"n":1}'
 NOW = T0 + timedelta(days=2)
@@ -41,6 +42,7 @@ def job_row(n: int, **fields) -> Job:
         "idempotency_key": f"key-{n}",
         "proposal": PROPOSAL,
         "proposal_hash": proposal_sha256(PROPOSAL),
+        "proposal_checked": True,  # as the store writes it
         "created_at": T0 + timedelta(seconds=n),
         "run_after": T0 + timedelta(seconds=n),
     }
@@ -204,8 +206,14 @@ def _walk(node):
             yield from _walk(item)
 
 
-def test_the_claim_query_uses_the_claim_index(crowded_table):
-    query = Job.objects.pending_due(NOW).in_claim_order()[:1]
+@pytest.mark.parametrize("turn", [None, "", "s0", "s1"], ids=["scoped", "first", "s0", "wrap"])
+def test_the_claim_query_uses_the_claim_index(crowded_table, turn):
+    pending = Job.objects.pending_due(NOW)
+    if turn is None:  # a scoped client's claim
+        pending = pending.filter(scope="s1")
+    else:  # an unscoped client's: the first scope after ``turn`` that has work, wrapping around
+        pending = pending.scope_turn(turn)
+    query = pending.in_claim_order()[:1]
     used, full, plan = plan_indexes(query)
     assert not full, plan
     if connection.vendor == "postgresql":
@@ -213,7 +221,7 @@ def test_the_claim_query_uses_the_claim_index(crowded_table):
         # sort it; either way only pending rows are read (benchmarks/ measures the cost).
         assert used & OUR_INDEXES, plan
     else:
-        assert "durable_jobs_claim_idx" in used, plan
+        assert CLAIM_INDEX in used, plan
     assert [j.idempotency_key for j in query] == [crowded_table]
 
 

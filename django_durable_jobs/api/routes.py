@@ -11,18 +11,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from ninja import Query, Router, Status
-from ninja.errors import AuthorizationError
+from ninja.errors import AuthorizationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
 
-from .. import registry, validation
+from .. import quotas, registry, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError, ScopeMismatch
 from ..models import Job, JobAttempt
 from ..store import DurableJobStore, RequestResult, Submission
 from ..vocabulary import RequestAnswer
 from . import auth, schemas
-from .errors import JobNotFound, error_body, error_response
+from .errors import JobNotFound, error_body, error_response, internal_error
 
 CURSOR_SALT = "django_durable_jobs.api.list"
 LIMIT_MAX = 100
@@ -35,7 +36,8 @@ router = Router(auth=auth.AUTH, tags=["jobs"])
 
 
 def refusals(view):
-    """Answer JobError and permission refusals as ``{"code", "message"}`` wherever mounted."""
+    """Answer JobError and permission refusals as ``{"code", "message"}`` wherever mounted, and
+    any unexpected exception as a logged 500 ``E_API_INTERNAL`` that shows nothing of it."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any):
@@ -45,6 +47,10 @@ def refusals(view):
             return error_response(exc)
         except AuthorizationError as exc:
             return JsonResponse(error_body("E_API_FORBIDDEN", str(exc)), status=403)
+        except (HttpError, NinjaValidationError, Http404):
+            raise  # the API's own handlers answer these
+        except Exception as exc:  # noqa: BLE001 - answered as a logged 500
+            return internal_error(request, exc)
 
     return wrapper
 
@@ -85,10 +91,14 @@ def submit_job(request: HttpRequest, body: schemas.SubmitIn):
     auth.require(request, "add")
     store = _store(request)
     operation = validation.operation(body.operation)
+    auth.require_operation(request, operation)
     if registry.get(operation) is None:
         raise InputInvalid(f"Unknown operation {operation!r}; no @operation registered it.")
     text = _proposal_text(body)
     key = body.idempotency_key
+    token = getattr(request, "durable_jobs_token", None)
+    if token is not None:  # the token's own rate, within its scope's
+        quotas.take_token_submission(token.prefix, store.scope, store.clock())
     new_id = uuid.uuid4()
     job = store.defer(
         operation,

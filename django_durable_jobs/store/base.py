@@ -90,6 +90,7 @@ class StoreBase:
         self.clock = clock or timezone.now
         self.owner_id = str(uuid.uuid4())
         self._claim_statements: dict[tuple, Any] = {}  # compiled claims, see batches.py
+        self._turn = ""  # the scope this client's last claim of pending work served (claims.py)
 
     @property
     def lease(self) -> float:
@@ -183,15 +184,27 @@ class StoreBase:
         pk = validation.job_id(job_id)
         return lock_for_update(self._jobs().filter(pk=pk)).first()
 
+    @staticmethod
+    def _max_running(max_running: Any) -> int | None:
+        """Return ``max_running`` when it is None or a positive whole number; else refuse it.
+
+        Called first by every method that takes it, so a bad value is ``InputInvalid`` before
+        any SQL, never a ``CapacityReached`` (``max_running=0`` would allow nothing, ever).
+        """
+        if max_running is not None and (
+            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+        ):
+            raise InputInvalid(
+                f"max_running is a positive whole number, or None for the operation's own "
+                f"limit; got {max_running!r}."
+            )
+        return max_running
+
     def _capacity(self, operation: str, max_running: int | None) -> int | None:
-        if max_running is None:
+        if self._max_running(max_running) is None:
             spec = registry.get(operation)
             max_running = spec.max_running if spec else None
-        if max_running is None:
-            return None
-        if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 0:
-            raise InputInvalid(f"max_running is a non-negative integer; got {max_running!r}.")
-        return max_running
+        return self._max_running(max_running)
 
     def _free_slots(self, operation: str, cap: int, exclude: Any = None) -> int:
         """Lock the operation's gate and return how many more may run (atomic with the claim)."""

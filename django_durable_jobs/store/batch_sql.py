@@ -281,6 +281,7 @@ def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
 
 # Stands for the clock's value while a claim statement is compiled; found again in its parameters.
 _SENTINEL = datetime(2999, 12, 31, 23, 59, 58, 987654, tzinfo=UTC)
+_TURN_SENTINEL = "\x01durable-jobs-turn\x01"  # no scope holds control characters
 
 
 @dataclass(frozen=True)
@@ -298,13 +299,18 @@ class ClaimStatement:
     sql: str
     params: tuple
     now_at: frozenset[int]
+    turn_at: frozenset[int]
     returning: bool
 
     @classmethod
-    def compile(cls, using: str, build, limit: int) -> ClaimStatement:
+    def compile(cls, using: str, build, limit: int, *, fair: bool) -> ClaimStatement:
+        """Compile the claim; with ``fair``, of the scope whose turn follows the one bound."""
         connection = connections[using]
         base, rare = build(_SENTINEL)
-        candidates = base.pending_due(_SENTINEL).in_claim_order()
+        candidates = base.pending_due(_SENTINEL)
+        if fair:
+            candidates = candidates.scope_turn(_TURN_SENTINEL)
+        candidates = candidates.in_claim_order()
         returning = can_update_returning(using)
         pk = Job._meta.pk
         if returning:
@@ -325,17 +331,21 @@ class ClaimStatement:
             params = (*params, *intact_params)
         marker = connection.ops.adapt_datetimefield_value(_SENTINEL)
         now_at = frozenset(n for n, value in enumerate(params) if value == marker)
-        return cls(sql, tuple(params), now_at, returning)
+        turn_at = frozenset(n for n, value in enumerate(params) if value == _TURN_SENTINEL)
+        return cls(sql, tuple(params), now_at, turn_at, returning)
 
-    def _bind(self, using: str, now: datetime) -> list:
+    def _bind(self, using: str, now: datetime, turn: str) -> list:
         value = connections[using].ops.adapt_datetimefield_value(now)
-        return [value if n in self.now_at else p for n, p in enumerate(self.params)]
+        return [
+            value if n in self.now_at else turn if n in self.turn_at else p
+            for n, p in enumerate(self.params)
+        ]
 
-    def select(self, using: str, now: datetime) -> list[Job]:
+    def select(self, using: str, now: datetime, turn: str) -> list[Job]:
         """Lock and return the candidate rows (databases without ``UPDATE … RETURNING``)."""
-        return fetch_jobs(using, self.sql, self._bind(using, now))
+        return fetch_jobs(using, self.sql, self._bind(using, now, turn))
 
-    def take(self, using: str, now: datetime, changes: dict[str, Any]) -> list[Job]:
+    def take(self, using: str, now: datetime, turn: str, changes: dict[str, Any]) -> list[Job]:
         """Run one ``UPDATE … RETURNING`` over the intact candidates; return them as claimed."""
         connection = connections[using]
         quote = connection.ops.quote_name
@@ -354,4 +364,4 @@ class ClaimStatement:
             f"{self.sql} UPDATE {table} SET {', '.join(assignments)} "
             f"WHERE {table}.{pk} IN (SELECT {pk} FROM intact) RETURNING {columns}"
         )
-        return fetch_jobs(using, sql, [*self._bind(using, now), *params])
+        return fetch_jobs(using, sql, [*self._bind(using, now, turn), *params])

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db.models import F
 
-from .. import registry, validation
+from .. import quotas, registry, validation
 from ..errors import InputInvalid, LeaseLost
 from ..models import Job
 from ..transactions import bounded_atomic
@@ -55,8 +55,13 @@ class BatchMixin(StoreBase):
 
     # -- claiming --------------------------------------------------------------------------------
 
-    def _claim_pending_fast(self, build, key: tuple, now: datetime, limit: int) -> list[Claimed]:
+    def _claim_pending_fast(
+        self, build, key: tuple, now: datetime, limit: int, turn: str | None
+    ) -> list[Claimed]:
         """Take up to ``limit`` intact pending jobs in claim order, unless rarer work waits.
+
+        With a ``turn`` (a scope name, or ``""``), the jobs are those of the first scope after
+        it that has pending work due, wrapping around; with None, of every scope.
 
         ``build(now)`` returns the candidate rows and the rarer claimable rows (retries,
         resumable expired leases). Returns ``[]`` when nothing was taken: nothing pending, or
@@ -66,7 +71,7 @@ class BatchMixin(StoreBase):
         """
         statement = self._claim_statements.get(key)
         if statement is None:
-            statement = ClaimStatement.compile(self.using, build, limit)
+            statement = ClaimStatement.compile(self.using, build, limit, fair=turn is not None)
             self._claim_statements[key] = statement
         expires = now + timedelta(seconds=self.lease_seconds)
         changes = {
@@ -78,12 +83,12 @@ class BatchMixin(StoreBase):
             "claimed_by": self.actor or "",
         }
         if statement.returning:
-            rows = statement.take(self.using, now, changes)
+            rows = statement.take(self.using, now, turn, changes)
         else:
             _, rare = build(now)
             if rare.exists():  # a plain read, so the locking SELECT locks pending rows only
                 return []
-            chosen = statement.select(self.using, now)
+            chosen = statement.select(self.using, now, turn)
             rows = [row for row in chosen if is_authentic_pending(row)]
             if rows:
                 matched = (
@@ -106,8 +111,8 @@ class BatchMixin(StoreBase):
         ]
 
     def _claims_capacity(self, ops: list[str] | None, max_running: int | None) -> bool:
-        """Return True when a ``max_running`` limit applies to any operation being claimed."""
-        if max_running is not None:
+        """Return True when a ``max_running`` limit applies to any operation or scope claimed."""
+        if max_running is not None or quotas.running_limits_configured():
             return True
         specs = (
             registry.all_operations().values()

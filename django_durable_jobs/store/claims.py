@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from .. import registry, validation
+from .. import quotas, registry, validation
 from ..dbvendor import lock_for_update
 from ..errors import NotReclaimable
 from ..execution import Execution
@@ -15,17 +15,27 @@ from ..transactions import bounded_atomic
 from ..values import Claimed, Lease
 from ..vocabulary import JobStatus, assess_ownership, claim_refusal, is_takeable
 from .batches import BatchMixin, _claim_order, _Disagreement
+from .quotas import QuotaMixin
 
 CLAIM_BATCH_MAX = 1000
 
 
-class ClaimMixin(BatchMixin):
-    """Take ownership of claimable jobs."""
+class ClaimMixin(BatchMixin, QuotaMixin):
+    """Take ownership of claimable jobs, the pending ones in turns across scopes.
+
+    Each claim of pending work takes the best jobs (priority, then ``run_after``, then age) of one
+    scope: the first scope, in name order, after the one this client's previous claim served,
+    wrapping around. So with ``S`` scopes that have work due, every one of them is served at least
+    once in any ``S`` consecutive claims of a client, however much the others queue and at
+    whatever priority. Retries and resumed leases are rare and are taken in priority order
+    ahead of pending work, as before.
+    """
 
     def claim(
         self, job_id: Any, *, max_running: int | None = None, execution: Execution | None = None
     ) -> Lease:
         """Claim an unclaimed pending job, or take over a running job whose lease expired."""
+        self._max_running(max_running)
         with bounded_atomic(self.using, execution):
             now = self._now()
             row = self._locked_row(job_id)
@@ -37,6 +47,7 @@ class ClaimMixin(BatchMixin):
             self._require_capacity(
                 row.operation, self._capacity(row.operation, max_running), row.pk
             )
+            self._require_scope_capacity(row.scope, row.pk)
             return self._take(row, now, new_attempt=False)
 
     def claim_next(
@@ -79,6 +90,7 @@ class ClaimMixin(BatchMixin):
         one by one, in claim order, with capacity counted as they are taken.
         """
         validation.whole(limit, "limit", 1, CLAIM_BATCH_MAX)
+        self._max_running(max_running)
         ops = _names(operations, validation.operation)
         queue_names = _names(queues, lambda q: validation.name(q, "queue"))
         if resume_expired is None:
@@ -100,18 +112,22 @@ class ClaimMixin(BatchMixin):
             base = candidates(now)
             return base, base.retry_or_resume(now, resume)
 
+        turn = None if self.scope is not None else self._turn
         if not self._claims_capacity(ops, max_running):
             key = (
                 None if ops is None else tuple(ops),
                 None if queue_names is None else tuple(queue_names),
                 tuple(sorted(resume)),
                 limit,
+                turn is not None,
             )
             try:
                 with bounded_atomic(self.using):
                     now = self._now()
-                    claimed = self._claim_pending_fast(pending_and_rare, key, now, limit)
+                    claimed = self._claim_pending_fast(pending_and_rare, key, now, limit, turn)
                 if claimed:
+                    if turn is not None:
+                        self._turn = claimed[0].job.scope
                     return claimed
                 base, rare = pending_and_rare(now)
                 if not (base.pending_due(now).exists() or rare.exists()):
@@ -121,28 +137,41 @@ class ClaimMixin(BatchMixin):
         with bounded_atomic(self.using):
             now = self._now()
             base = candidates(now)
-            sets = [base.pending_due(now), base.retry_requested(now)]
+            sets = [base.retry_requested(now)]
             sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
             if resume:
                 sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
-            return self._claim_from(sets, now, limit, max_running)
+            return self._claim_from(base.pending_due(now), sets, now, limit, max_running, turn)
 
     def _claim_from(
-        self, sets: list, now: datetime, limit: int, max_running: int | None
+        self,
+        pending,
+        sets: list,
+        now: datetime,
+        limit: int,
+        max_running: int | None,
+        turn: str | None,
     ) -> list[Claimed]:
-        """Claim up to ``limit`` rows from the candidate ``sets``, best first.
+        """Claim up to ``limit`` rows from ``pending`` (one scope's turn) and the rarer ``sets``.
 
-        Rows that cannot be taken (a defective proposal, an operation at capacity) are passed
-        over and the window widens, so they never starve the work behind them.
+        Rows that cannot be taken (a defective proposal, an operation or a scope at capacity)
+        are passed over and the window widens, so they never starve the work behind them; a
+        scope at capacity passes its turn to the next.
         """
         claimed: list[Claimed] = []
         seen: set = set()
         full: set[str] = set()
+        full_scopes: set[str] = set()
         slots: dict[str, int | None] = {}
+        scope_slots: dict[str, int | None] = {}
+        scope_limits = quotas.running_limits_configured()
         window = limit
         while True:
             found: dict[Any, Job] = {}
-            for rows in sets:
+            turn_rows = pending.exclude(pk__in=seen).exclude(scope__in=full_scopes)
+            if turn is not None:
+                turn_rows = turn_rows.scope_turn(turn)
+            for rows in [turn_rows, *sets]:
                 rows = rows.exclude(pk__in=seen).exclude(operation__in=full).in_claim_order()
                 for row in lock_for_update(rows, skip_locked=True)[:window]:
                     found[row.pk] = row
@@ -160,15 +189,32 @@ class ClaimMixin(BatchMixin):
                     )
                 free = slots[row.operation]
                 adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
+                if free is not None and free - adds_running < 0:
+                    full.add(row.operation)
+                    continue
+                if scope_limits and row.scope not in scope_slots:
+                    cap = self._scope_cap(row.scope)
+                    scope_slots[row.scope] = (
+                        None if cap is None else self._scope_free_slots(row.scope, cap)
+                    )
+                scope_free = scope_slots.get(row.scope)
+                if scope_free is not None and scope_free - adds_running < 0:
+                    full_scopes.add(row.scope)
+                    continue
                 if free is not None:
-                    if free - adds_running < 0:
-                        full.add(row.operation)
-                        continue
                     slots[row.operation] = free - adds_running
+                if scope_free is not None:
+                    scope_slots[row.scope] = scope_free - adds_running
+                if turn is not None and row.status == JobStatus.PENDING:
+                    self._turn = row.scope
                 retrying = row.retry_requested_at is not None
                 claimed.append(Claimed(self._take(row, now, new_attempt=retrying), row))
-            if exhausted or len(claimed) == limit or window >= CLAIM_BATCH_MAX:
+            if len(claimed) == limit or window >= CLAIM_BATCH_MAX or not found:
                 return claimed
+            if exhausted:
+                if claimed:
+                    return claimed
+                continue  # every row of this turn was passed over: the next scope's turn
             window = min(window * 4, CLAIM_BATCH_MAX)
 
 

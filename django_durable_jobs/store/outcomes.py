@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import registry, validation
 from ..dbvendor import notify_work
-from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
+from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable, ScopeMismatch
 from ..execution import Execution, WriteFence
 from ..models import Job
 from ..transactions import bounded_atomic
@@ -24,8 +24,9 @@ from ..vocabulary import (
     retry_answer,
     retry_refusal,
 )
-from .base import StoreBase, _snapshot
+from .base import _snapshot
 from .fence import _lease_lost, _verify_fence
+from .quotas import QuotaMixin
 
 # A history row keeps at most this much of a failure's traceback, and of its class path.
 TRACEBACK_MAX_CHARS = 32_000
@@ -33,7 +34,7 @@ ERROR_CLASS_MAX = 255
 _CUT = "\n… {} characters cut …\n"
 
 
-class OutcomeMixin(StoreBase):
+class OutcomeMixin(QuotaMixin):
     """Owner writes, requests from anyone, and atomic outcomes."""
 
     def heartbeat(self, lease: Lease) -> Job:
@@ -115,9 +116,13 @@ class OutcomeMixin(StoreBase):
         (the first request wins, the status stays running); a job that ended keeps its result.
         """
         validation.job_id(job_id)
+        if execution is not None:
+            self._check_identity(execution)
         with bounded_atomic(self.using, execution):
             now = self._now()
             row = self._locked_row(job_id)
+            if execution is not None:
+                _check_job_scope(execution, row)
             answer = cancel_answer(row)
             changes: dict[str, Any] = {}
             if answer == RequestAnswer.CANCELLED_NOW:
@@ -188,6 +193,7 @@ class OutcomeMixin(StoreBase):
         """
         validation.job_id(job_id)
         self._check_identity(execution)
+        self._max_running(max_running)
         with bounded_atomic(self.using, execution):
             now = self._now()
             row = self._locked_row(job_id)
@@ -202,6 +208,7 @@ class OutcomeMixin(StoreBase):
             self._require_capacity(
                 row.operation, self._capacity(row.operation, max_running), row.pk
             )
+            self._require_scope_capacity(row.scope, row.pk)
             return self._take(row, now, new_attempt=True)
 
     # -- atomic outcomes -------------------------------------------------------------------------
@@ -347,3 +354,12 @@ def _error_text(error: Any) -> str:
         raise InputInvalid("A failure needs a message saying what went wrong.")
     validation.check_size(text, "error message")
     return text
+
+
+def _check_job_scope(execution: Execution, row: Job | None) -> None:
+    """Refuse an execution acting for another scope than the job's (``ScopeMismatch``)."""
+    if row is not None and execution.identity.scope != row.scope:
+        raise ScopeMismatch(
+            f"The execution acts for scope {execution.identity.scope!r} but job {row.pk} "
+            f"belongs to another scope; use an execution of the job's scope."
+        )

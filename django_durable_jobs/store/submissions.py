@@ -16,20 +16,20 @@ from typing import Any
 from django.db import connections, transaction
 
 from .. import validation
-from ..errors import IdempotencyConflict, InputInvalid, JobError
+from ..errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
 from ..execution import Execution
 from ..models import Job
 from ..transactions import bounded_atomic, check_execution, refuse_caller_transaction
 from ..values import Lease, Submission
 from ..vocabulary import JobStatus, Ownership, proposal_sha256
-from .base import StoreBase
 from .enqueue_sql import NewRow, enqueue
+from .quotas import QuotaMixin
 
 EMPTY_PROPOSAL = "{}"
 MAX_SUBMISSIONS = 10_000  # jobs per defer_many() / submit_many() call
 
 
-class SubmissionMixin(StoreBase):
+class SubmissionMixin(QuotaMixin):
     """Insert and defer jobs; coalesce identical submissions."""
 
     def _row(
@@ -134,6 +134,8 @@ class SubmissionMixin(StoreBase):
             if self._existing(op, scope, row.key, row.proposal) is not None:
                 return None
             self._require_capacity(op, cap)
+            self._require_scope_capacity(scope)
+            self._admit(scope, 1, 0, now, pending=False)
             expires = now + timedelta(seconds=self.lease_seconds)
             fields = {
                 "operation": op,
@@ -186,6 +188,17 @@ class SubmissionMixin(StoreBase):
         queue, priority = self._schedule(queue, priority, run_after)
         if execution is not None:
             self._check_identity(execution)
+            check_execution(execution)  # a spent budget refuses before the quota's count
+        try:
+            self._admit(scope, 1, priority, self._now())
+        except CapacityReached:
+            # A repeat of an earlier submission adds nothing: it is answered, not refused.
+            earlier = None
+            if submission.idempotency_key is not None:
+                earlier = self._existing(op, scope, row.key, row.proposal)
+            if earlier is None:
+                raise
+            return self._annotate(earlier)
 
         def write() -> Job:
             now = self._now()
@@ -232,6 +245,9 @@ class SubmissionMixin(StoreBase):
             self._require_caller_transaction("defer_many")
         if not items:
             return []
+        now = self._now()
+        for scope, group in _by_scope(rows).items():
+            self._admit(scope, len(group), priority, now)
 
         def write() -> list[Job]:
             now = self._now()

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, JobStatus
 from django_durable_jobs.store import DurableJobStore
@@ -115,14 +116,13 @@ def _complete_once_each(operation: str, claimer: dict[str, dict]) -> None:
 
 
 def _create_capacity_gate(clock: FakeClock, operation: str) -> None:
-    """Have the operation's capacity gate created before the race, by a claim that takes nothing.
+    """Have the operation's capacity gate created before the race.
 
-    With ``max_running=0`` the claim finds a candidate, creates and locks the gate, counts no
-    free slot and claims nothing. Concurrent first creations of a gate are tested on their own
+    (``max_running=0``, which used to do it by a claim that takes nothing, is bad input now.)
+    Concurrent first creations of a gate are tested on their own
     (``test_first_capped_claims_of_an_operation_do_not_deadlock``).
     """
-    store = DurableJobStore(actor="gatekeeper", clock=clock)
-    assert store.claim_batch(operations=[operation], max_running=0) == []
+    CapacityGate.objects.get_or_create(operation=operation)
     assert CapacityGate.objects.filter(operation=operation).exists()
 
 
@@ -173,6 +173,26 @@ def test_batched_claims_with_max_running_never_exceed_it(db_settings_env, clock)
     assert sum(o["waits"] for o in outcomes) > 0, "no claim ever met a full operation"
     _complete_once_each(CAPPED, claimer)
     _nothing_left(clock, CAPPED, max_running=cap)
+
+
+def test_batched_claims_with_a_scope_running_limit_never_exceed_it(db_settings_env, clock):
+    total, cap = 60, 4
+    quotas = {"SCOPE_QUOTAS": {"default": {"MAX_RUNNING": cap}}}
+    ids = _backlog(clock, UNCAPPED, total)
+    limits = [2, 3, 2, 3, 2, 3]
+    args = _args(clock, UNCAPPED, limits, hold=[0.05, 0.08], durable_jobs=quotas)
+    running = Job.objects.filter(scope="default", status=JobStatus.RUNNING)
+    samples: list[int] = []
+
+    with override_settings(DURABLE_JOBS=quotas):
+        with Children(db_settings_env, "claim_batch", args) as children:
+            outcomes = _race_while(children, lambda: samples.append(running.count()))
+        claimer = _claimed_once(outcomes, ids, limits)
+        assert samples and max(samples) <= cap, Counter(samples)
+        assert max(o["most_running"] for o in outcomes) <= cap
+        assert sum(o["waits"] for o in outcomes) > 0, "no claim ever met a full scope"
+        _complete_once_each(UNCAPPED, claimer)
+        _nothing_left(clock, UNCAPPED)
 
 
 class Deadlocked(AssertionError):

@@ -86,3 +86,25 @@ def outside_row(
         run_after=now,
         **columns,
     )
+
+
+def deep_outside_rows(deep: str, *, now: datetime, **common: Any) -> dict[str, Job]:
+    """Return unsaved rows written outside the app around the text ``deep``.
+
+    ``unchecked`` and ``checked`` are pending with ``deep`` as input (flag NULL and set);
+    ``done`` is complete with ``deep`` as checkpoint and result.
+    """
+    return {
+        "unchecked": outside_row(deep, key="unchecked", now=now, **common),
+        "checked": outside_row(deep, key="checked", checked=True, now=now, **common),
+        "done": outside_row(
+            "{}",
+            key="done",
+            status="complete",
+            checked=True,
+            now=now,
+            checkpoint=deep,
+            result=deep,
+            **common,
+        ),
+    }

@@ -20,7 +20,7 @@ from django.utils.html import escape
 from django_durable_jobs.jsontext import DISPLAY_CAP_BYTES
 from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore, Submission
-from tests.deep_json import maximal_text, nested_text, outside_row
+from tests.deep_json import deep_outside_rows, maximal_text, nested_text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.admin.urls")]
 
@@ -126,20 +126,7 @@ def deep_rows() -> dict[str, Job]:
     """Rows 10,000 levels deep in every payload, written as an import would."""
     now = timezone.now()
     deep = nested_text(10_000)
-    rows = {
-        "unchecked": outside_row(deep, key="unchecked", now=now, operation="demo.op"),
-        "checked": outside_row(deep, key="checked", checked=True, now=now, operation="demo.op"),
-        "done": outside_row(
-            "{}",
-            key="done",
-            status="complete",
-            checked=True,
-            now=now,
-            operation="demo.op",
-            checkpoint=deep,
-            result=deep,
-        ),
-    }
+    rows = deep_outside_rows(deep, now=now, operation="demo.op")
     Job.objects.bulk_create(rows.values())
     return rows
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_durable_jobs.models import Job
 from tests.api.support import OP, refused
-from tests.deep_json import nested_text, nested_value, outside_row
+from tests.deep_json import deep_outside_rows, nested_text, nested_value
 from tests.support import db_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,20 +69,7 @@ def test_a_body_100000_levels_deep_is_a_422_not_a_500(api, where):
 def test_rows_written_outside_the_app_10000_levels_deep_are_listed_and_read(api):
     now = timezone.now()
     deep = nested_text(10_000)
-    rows = [
-        outside_row(deep, key="unchecked", now=now, scope="red"),
-        outside_row(deep, key="checked", checked=True, now=now, scope="red"),
-        outside_row(
-            "{}",
-            key="done",
-            status="complete",
-            checked=True,
-            now=now,
-            scope="red",
-            checkpoint=deep,
-            result=deep,
-        ),
-    ]
+    rows = list(deep_outside_rows(deep, now=now, scope="red").values())
     Job.objects.bulk_create(rows)
     listed = api.get("/jobs", limit=100)
     assert listed.status_code == 200, listed.content

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django_durable_jobs.jsontext import DISPLAY_CAP_BYTES
 from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore, Submission
-from tests.deep_json import maximal_text, nested_text, outside_row
+from tests.deep_json import deep_outside_rows, maximal_text, nested_text, outside_row
 from tests.support import db_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,20 +117,10 @@ def test_a_small_value_is_shown_whole_without_a_marker():
 def deep_rows() -> dict[str, Job]:
     now = timezone.now()
     deep = nested_text(10_000)
-    rows = {
-        "unchecked": outside_row(deep, key="unchecked", now=now, operation="demo.op"),
-        "done": outside_row(
-            "{}",
-            key="done",
-            status="complete",
-            checked=True,
-            now=now,
-            operation="demo.op",
-            checkpoint=deep,
-            result=deep,
-        ),
-        "huge-invalid": outside_row(maximal_text()[:-1], key="huge", now=now, operation="demo.op"),
-    }
+    rows = deep_outside_rows(deep, now=now, operation="demo.op")
+    rows["huge-invalid"] = outside_row(
+        maximal_text()[:-1], key="huge", now=now, operation="demo.op"
+    )
     Job.objects.bulk_create(rows.values())
     return rows
 

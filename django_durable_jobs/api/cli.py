@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError
 from django.utils import timezone
 
-from .. import registry
+from .. import registry, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError
 from ..models import ApiToken
@@ -63,20 +64,31 @@ def add_token_parser(subparsers) -> Any:
 
 
 def handle_token(options: dict[str, Any], stdout) -> int:
-    """Run a ``jobs token`` subcommand; write to ``stdout``; return the exit status."""
+    """Run a ``jobs token`` subcommand and write to ``stdout``; return 0.
+
+    A refusal is a ``CommandError`` that names the option at fault; nothing is written then.
+    """
     command = options.get("token_command")
     if command == "create":
         return _create(options, stdout)
     if command == "revoke":
-        if revoke_token(options["token_id"]):
-            stdout.write(f"Revoked token {options['token_id']}.\n")
-            return 0
-        stdout.write(f"Error: no active token with id {options['token_id']}.\n")
-        return 1
+        if not revoke_token(options["token_id"]):
+            raise CommandError(
+                f"No active token has id {options['token_id']}; see jobs token list."
+            )
+        stdout.write(f"Revoked token {options['token_id']}.\n")
+        return 0
     if command == "list":
         return _list(options, stdout)
-    stdout.write("Error: use `jobs token create|revoke|list`.\n")
-    return 2
+    raise CommandError("Say what to do: jobs token create|revoke|list.", returncode=2)
+
+
+def _option(name: str, check: Any, value: Any) -> Any:
+    """Return ``check(value)``; a refusal becomes a ``CommandError`` naming the option."""
+    try:
+        return check(value)
+    except JobError as exc:
+        raise CommandError(f"{name}: {exc.message}") from None
 
 
 def _create(options: dict[str, Any], stdout) -> int:
@@ -84,8 +96,13 @@ def _create(options: dict[str, Any], stdout) -> int:
     try:
         user = User._default_manager.get_by_natural_key(options["user"])
     except User.DoesNotExist:
-        stdout.write(f"Error: no user {options['user']!r}.\n")
-        return 1
+        raise CommandError(f"--user: there is no user {options['user']!r}.") from None
+    _option("--scope", lambda s: validation.name(s, "scope"), options["scope"])
+    if options.get("name"):
+        _option("--name", lambda n: validation.name(n, "token name"), options["name"])
+    for name in options.get("operations") or ():
+        _option("--operation", validation.operation, name)
+    expiry_option = "--expires-in" if options.get("expires_in") is not None else "--expires-at"
     try:
         expires_at = _expiry(options.get("expires_in"), options.get("expires_at"))
         issued = create_token(
@@ -96,8 +113,10 @@ def _create(options: dict[str, Any], stdout) -> int:
             expires_at=expires_at,
         )
     except JobError as exc:
-        stdout.write(f"Error: {exc.message}\n")
-        return 1
+        message = exc.message
+        if not message.startswith("--"):
+            message = f"{expiry_option}: {message}"
+        raise CommandError(message) from None
     row = issued.row
     limits = f"operations: {_operations(row)}; expires: {_expires(row)}"
     stdout.write(

@@ -64,15 +64,16 @@ def test_revoke_stops_the_token_and_list_hides_it_unless_asked():
         _jobs("revoke", str(row.pk))  # already revoked: a non-zero exit
 
 
-def test_handle_token_reports_unknown_users_and_bad_scopes_with_non_zero_status():
+def test_handle_token_refuses_unknown_users_and_bad_scopes_naming_the_option():
     make_user("erin")
     out = io.StringIO()
-    assert handle_token(_parse("create", "--user", "nobody", "--scope", "s"), out) == 1
-    assert "no user 'nobody'" in out.getvalue()
-    out = io.StringIO()
-    assert handle_token(_parse("create", "--user", "erin", "--scope", "bad\nscope"), out) == 1
-    assert "scope" in out.getvalue()
-    assert handle_token(_parse("revoke", "999999"), io.StringIO()) == 1
+    with pytest.raises(CommandError, match="--user: there is no user 'nobody'"):
+        handle_token(_parse("create", "--user", "nobody", "--scope", "s"), out)
+    with pytest.raises(CommandError, match="--scope: A scope may not contain control characters"):
+        handle_token(_parse("create", "--user", "erin", "--scope", "bad\nscope"), out)
+    with pytest.raises(CommandError, match="No active token has id 999999"):
+        handle_token(_parse("revoke", "999999"), out)
+    assert out.getvalue() == ""  # the refusal is said once, as the command's error
     assert not ApiToken.objects.exists()
 
 

@@ -239,9 +239,11 @@ def test_command_refuses_bad_limits_and_writes_nothing(args, says):
     make_user("jo")
     before = _tokens()
     out = io.StringIO()
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError) as refused:
         call_command("jobs", "token", "create", "--user", "jo", "--scope", "red", *args, stdout=out)
-    assert says in out.getvalue()
+    assert says in str(refused.value)
+    assert str(refused.value).startswith(("--operation", "--expires-in", "--expires-at"))
+    assert out.getvalue() == ""
     assert _tokens() == before
 
 

@@ -77,9 +77,7 @@ class Command(BaseCommand):
             api_cli = _api_cli()
             if api_cli is None:
                 raise CommandError(API_MISSING)
-            code = api_cli.handle_token(options, self.stdout)
-            if code:
-                raise CommandError(f"jobs token exited with status {code}.", returncode=code)
+            api_cli.handle_token(options, self.stdout)  # a refusal is a CommandError
             return
         try:
             using = jobs_settings.database(options["database"])

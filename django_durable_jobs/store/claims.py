@@ -168,7 +168,12 @@ class ClaimMixin(BatchMixin, QuotaMixin):
         window = limit
         while True:
             found: dict[Any, Job] = {}
-            turn_rows = pending.exclude(pk__in=seen).exclude(scope__in=full_scopes)
+            # What cannot be taken is left out before the turn is chosen, so the turn passes on.
+            turn_rows = (
+                pending.exclude(pk__in=seen)
+                .exclude(operation__in=full)
+                .exclude(scope__in=full_scopes)
+            )
             if turn is not None:
                 turn_rows = turn_rows.scope_turn(turn)
             for rows in [turn_rows, *sets]:

@@ -323,3 +323,15 @@ def test_a_submission_counts_the_backlog_at_most_once_a_second(op, monkeypatch):
     assert not [q for q in later.captured_queries if "COUNT(" in q["sql"]]
     assert [q for q in near_the_cap.captured_queries if "COUNT(" in q["sql"]]  # past 90%
     assert pending("default") == 91
+
+
+def test_a_scope_whose_work_is_all_of_a_full_operation_passes_its_turn(store):
+    store.defer_many("tests.noop", [submission({"n": n}, scope="a") for n in range(3)])
+    store.defer_many("tests.fail", [submission({"n": n}, scope="b") for n in range(3)])
+    taken = []
+    for _ in range(4):  # max_running=1 per operation: after one noop, scope a has nothing to give
+        taken.extend(
+            (job.scope, job.operation)
+            for job in (Job.objects.get(pk=c.job_id) for c in store.claim_next(max_running=1))
+        )
+    assert taken == [("a", "tests.noop"), ("b", "tests.fail")]

@@ -189,6 +189,11 @@ class SubmissionMixin(QuotaMixin):
         if execution is not None:
             self._check_identity(execution)
             check_execution(execution)  # a spent budget refuses before the quota's count
+        # A refusal of the caller's transaction, too, comes before any SQL.
+        if in_caller_transaction:
+            self._require_caller_transaction("defer")
+        else:
+            refuse_caller_transaction(self.using)
         try:
             self._admit(scope, 1, priority, self._now())
         except CapacityReached:
@@ -207,7 +212,6 @@ class SubmissionMixin(QuotaMixin):
             return self._owned(self._held(op, scope, row, held), built, now)
 
         if in_caller_transaction:
-            self._require_caller_transaction("defer")
             if execution is not None:
                 check_execution(execution)
             return write()
@@ -216,7 +220,6 @@ class SubmissionMixin(QuotaMixin):
                 return write()
         # The insert commits on its own and the read of a taken key changes nothing, so there
         # is no transaction to open: it would only add BEGIN and COMMIT round trips.
-        refuse_caller_transaction(self.using)
         return write()
 
     def defer_many(
@@ -245,6 +248,8 @@ class SubmissionMixin(QuotaMixin):
             self._require_caller_transaction("defer_many")
         if not items:
             return []
+        if not in_caller_transaction:
+            refuse_caller_transaction(self.using)  # before the quotas' counts: no SQL at all
         now = self._now()
         for scope, group in _by_scope(rows).items():
             self._admit(scope, len(group), priority, now)

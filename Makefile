@@ -2,6 +2,8 @@
 #
 #   make demo    example project on embedded SQLite: migrate, narrated demo
 #   make test    whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite on Django 5.2 LTS
+#                (the PostgreSQL-restart tests only with DURABLE_JOBS_TEST_RESTART_SERVERS=1)
+#   make test-quick  the suite on SQLite only (a few minutes)
 #   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows
 #                and worker benchmarks (installs the bench extra first)
 #
@@ -22,7 +24,7 @@ PYTEST_ARGS ?=
 export PYTEST_ARGS
 BENCH_ARGS ?=
 
-.PHONY: venv venv-dj52 test lint format demo bench clean services
+.PHONY: venv venv-dj52 test test-quick lint format demo bench clean services
 
 venv: $(VENV)/.installed
 
@@ -60,6 +62,12 @@ test: $(VENV)/.installed $(VENV_DJ52)/.installed | services
 	$(PY) example_project/manage.py makemigrations --check --dry-run durable_jobs
 	scripts/run-tests $(PY) sqlite postgresql mariadb
 	scripts/run-tests $(PY_DJ52) sqlite
+
+# The whole suite on SQLite alone, with the newest Django: a few minutes.
+test-quick: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	scripts/run-tests $(PY) sqlite
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

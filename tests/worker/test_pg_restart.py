@@ -35,10 +35,18 @@ from django_durable_jobs.models import Job, JobAttempt, JobStatus, WorkerProcess
 from tests.settings import TEST_DB
 from tests.support import REPO_ROOT, wait_for
 
+# Restarting the machine's PostgreSQL disturbs everything else using it: only when asked.
+RESTART_ALLOWED = os.environ.get("DURABLE_JOBS_TEST_RESTART_SERVERS") == "1"
+
 pytestmark = [
     pytest.mark.skipif(
         TEST_DB != "postgresql",
         reason="restarts the PostgreSQL server; only meaningful with DURABLE_JOBS_TEST_DB=postgresql",
+    ),
+    pytest.mark.skipif(
+        not RESTART_ALLOWED,
+        reason="restarts the PostgreSQL server: set DURABLE_JOBS_TEST_RESTART_SERVERS=1 to run it "
+        "(.ci/run does)",
     ),
     pytest.mark.django_db(transaction=True),
     pytest.mark.processes,

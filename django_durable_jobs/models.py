@@ -179,6 +179,7 @@ class WorkerProcess(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
+        verbose_name_plural = "worker processes"
         indexes = [
             models.Index(fields=["stopped_at", "heartbeat_at"], name="durable_jobs_worker_idx")
         ]

@@ -208,10 +208,15 @@ class StoreBase:
 
     def _free_slots(self, operation: str, cap: int, exclude: Any = None) -> int:
         """Lock the operation's gate and return how many more may run (atomic with the claim)."""
-        lock_gate(self.using, operation)
-        running = Job.objects.using(self.using).filter(
-            operation=operation, status=JobStatus.RUNNING
-        )
+        return self._gated_slots(operation, cap, exclude, operation=operation)
+
+    def _gated_slots(self, gate: str, cap: int, exclude: Any = None, **running_of: Any) -> int:
+        """Lock capacity gate ``gate``; return ``cap`` less the running jobs ``running_of`` names.
+
+        ``exclude`` is a job not to count (the one being claimed again).
+        """
+        lock_gate(self.using, gate)
+        running = Job.objects.using(self.using).filter(status=JobStatus.RUNNING, **running_of)
         if exclude is not None:
             running = running.exclude(pk=exclude)
         return cap - running.count()

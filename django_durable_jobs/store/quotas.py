@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from .. import quotas
-from ..dbvendor import lock_gate
 from ..errors import CapacityReached, InputInvalid
 from ..models import Job
 from ..vocabulary import JobStatus
@@ -74,11 +73,7 @@ class QuotaMixin(StoreBase):
 
     def _scope_free_slots(self, scope: str, cap: int, exclude: Any = None) -> int:
         """Lock the scope's gate and return how many more of its jobs may run."""
-        lock_gate(self.using, _gate_name(scope))
-        running = Job.objects.using(self.using).filter(scope=scope, status=JobStatus.RUNNING)
-        if exclude is not None:
-            running = running.exclude(pk=exclude)
-        return cap - running.count()
+        return self._gated_slots(_gate_name(scope), cap, exclude, scope=scope)
 
     def _require_scope_capacity(self, scope: str | None, exclude: Any = None) -> None:
         """Refuse to start one more job of ``scope`` past its ``MAX_RUNNING`` quota."""

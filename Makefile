@@ -1,9 +1,11 @@
 # Build, test and demo entry points. See docs/development.md.
 #
-#   make demo    example project on embedded SQLite: migrate, narrated demo
-#   make test    whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite on Django 5.2 LTS
+#   make demo    example project on embedded SQLite: migrate, narrated demo (needs only Python)
+#   make test    strict docs build, whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite
+#                on Django 5.2 LTS
 #                (the PostgreSQL-restart tests only with DURABLE_JOBS_TEST_RESTART_SERVERS=1)
-#   make test-quick  the suite on SQLite only (a few minutes)
+#   make test-quick  the suite on SQLite only (a few minutes; no database server needed)
+#   make docs    the documentation site, built with mkdocs --strict into test-output/site
 #   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows
 #                and worker benchmarks (installs the bench extra first)
 #
@@ -24,64 +26,86 @@ PYTEST_ARGS ?=
 export PYTEST_ARGS
 BENCH_ARGS ?=
 
-.PHONY: venv venv-dj52 test test-quick lint format demo bench clean services
+.PHONY: venv venv-dj52 test test-quick lint format docs docs-serve demo bench clean services
 
-venv: $(VENV)/.installed
+# The development venv: the package with its test and docs extras (no database server needed).
+venv: $(VENV)/.test-installed
 
 venv-dj52: $(VENV_DJ52)/.installed
 
 # Runs once per make invocation (also under -j): installs mysqlclient build headers if
 # missing and starts PostgreSQL and MariaDB if they are down. Fails loudly otherwise.
 # ensure-browser installs Debian's chromium for tests/admin/test_browser.py (warns, never fails).
+# Only `make test` and `make bench` need them; `make demo` and `make test-quick` do not.
 services:
 	scripts/ensure-services
 	scripts/ensure-browser
 
-# Reinstalled only when pyproject.toml changes (or after `make clean`).
-$(VENV)/.installed: pyproject.toml | services
+# Three layers, each reinstalled only when pyproject.toml changes (or after `make clean`):
+#   .installed        the package alone (Django, django-ninja): all `make demo` needs
+#   .test-installed   + the test and docs extras: `make test-quick`, `make docs`
+#   .mysql-installed  + mysqlclient, built against the headers `services` installs: `make test`
+$(VENV)/.installed: pyproject.toml
 	@test -n "$(BASE_PYTHON)" || { echo "no usable Python found (scripts/find-python)" >&2; exit 1; }
 	test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e .
 	if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		$(PY) -m pip install -q --disable-pip-version-check 'Django>=5.2,<6'; \
 	fi
 	$(PY) -c 'import django, sys; print("$(VENV): Python", sys.version.split()[0], "Django", django.get_version())'
 	touch $@
 
-$(VENV_DJ52)/.installed: pyproject.toml | services
+$(VENV)/.test-installed: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,docs]'
+	touch $@
+
+$(VENV)/.mysql-installed: pyproject.toml $(VENV)/.test-installed | services
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[mysql]'
+	touch $@
+
+# Runs SQLite only, so it needs neither the database servers nor mysqlclient.
+$(VENV_DJ52)/.installed: pyproject.toml
 	test -x $(PY_DJ52) || $(LTS_PYTHON) -m venv $(VENV_DJ52)
 	$(PY_DJ52) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY_DJ52) -m pip install -q --disable-pip-version-check -e '.[test]' 'Django>=5.2,<5.3'
 	$(PY_DJ52) -c 'import django, sys; print("$(VENV_DJ52): Python", sys.version.split()[0], "Django", django.get_version())'
 	touch $@
 
-test: $(VENV)/.installed $(VENV_DJ52)/.installed | services
+test: $(VENV)/.mysql-installed $(VENV_DJ52)/.installed | services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) example_project/manage.py makemigrations --check --dry-run durable_jobs
+	$(PY) -m mkdocs build --strict --quiet --site-dir test-output/site
 	scripts/run-tests $(PY) sqlite postgresql mariadb
 	scripts/run-tests $(PY_DJ52) sqlite
 
-# The whole suite on SQLite alone, with the newest Django: a few minutes.
-test-quick: $(VENV)/.installed
+# The whole suite on SQLite alone, with the newest Django: a few minutes, no database server.
+test-quick: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	scripts/run-tests $(PY) sqlite
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: $(VENV)/.installed
+format: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The documentation site, built strictly (any warning fails) into test-output/site.
+docs: $(VENV)/.test-installed
+	$(PY) -m mkdocs build --strict --site-dir test-output/site
+
+docs-serve: $(VENV)/.test-installed
+	$(PY) -m mkdocs serve
 
 demo: $(VENV)/.installed
 	scripts/demo
 
 # The bench extra on top of .venv, again whenever pyproject.toml changes; never changes Django.
-$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.mysql-installed
 	scripts/install-bench $(PY)
 	touch $@
 

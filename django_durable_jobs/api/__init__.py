@@ -21,6 +21,7 @@ from django.http import HttpRequest, JsonResponse
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
+from .. import __version__
 from .errors import install_error_handlers, json_error_urls
 from .parser import JobsParser
 from .routes import router
@@ -94,7 +95,7 @@ class DurableJobsAPI(NinjaAPI):
 
 api = DurableJobsAPI(
     title="Durable jobs",
-    version="1",
+    version=__version__,
     description="Submit, inspect, cancel and retry durable jobs of your scope.",
     urls_namespace="durable_jobs_api",
     docs_decorator=_docs_require_login,

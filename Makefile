@@ -24,6 +24,8 @@ PY_DJ52 := $(VENV_DJ52)/bin/python
 
 PYTEST_ARGS ?=
 export PYTEST_ARGS
+# mkdocs-material prints a notice about MkDocs 2 on every build unless told not to.
+export NO_MKDOCS_2_WARNING := 1
 BENCH_ARGS ?=
 
 .PHONY: venv venv-dj52 test test-quick lint format docs docs-serve demo bench clean services

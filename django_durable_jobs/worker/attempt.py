@@ -12,6 +12,7 @@ lease holds: a lost lease writes nothing, and the report says ``lease-lost``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from ..store import DurableJobStore
 
 ERROR_MAX_CHARS = 10_000
+# The app's own source files: leading frames in them are cut from a job's traceback.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 
 Executor = Callable[[JobContext], Any]
 
@@ -150,10 +153,27 @@ def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:
     except JobCancelled:
         return ExecutorExit.STOPPED, None
     except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure
-        return ExecutorExit.RAISED, exc  # logged with its traceback once the attempt ends
+        return ExecutorExit.RAISED, _from_job_code(exc)  # logged with its traceback at the end
     if ctx.completed:
         return ExecutorExit.COMPLETED_ITSELF, None
     return ExecutorExit.RETURNED, value
+
+
+def _from_job_code(error: Exception) -> Exception:
+    """Return ``error`` with the app's own leading frames cut from its traceback.
+
+    The stored and logged traceback then starts where the job's code was called, not in the
+    worker's machinery. Frames of the app further down (a store call the job made) stay; an error
+    raised before any job code ran keeps its last frame.
+    """
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return error.with_traceback(tb)
+
+
+def _is_ours(filename: str) -> bool:
+    return os.path.realpath(filename).startswith(_PACKAGE_DIR)
 
 
 def _raiser(error: Exception) -> Executor:

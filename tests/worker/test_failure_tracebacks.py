@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
-from django_durable_jobs import submit
+from django_durable_jobs import submit, validation
 from django_durable_jobs.manager import JobManager
 from django_durable_jobs.models import JobAttempt
+from django_durable_jobs.store.outcomes import traceback_text
 from django_durable_jobs.values import Claimed, Lease, Outcome, Recorded
+from django_durable_jobs.worker import attempt
 from django_durable_jobs.worker.attempt import ExecutorExit, outcome_of
 from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport, log, report_recorded
 from tests.support import submission, wait_for
@@ -42,6 +45,10 @@ def _raised() -> Exception:
         return exc
 
 
+def _first_frame(traceback: str) -> str:
+    return traceback.splitlines()[1]
+
+
 # -- the rules, in this process --------------------------------------------------------------------
 
 
@@ -52,6 +59,35 @@ def test_an_executor_that_raised_gives_a_failure_with_class_and_traceback():
     assert "in _raised" in outcome.traceback
     refused = outcome_of(LEASE, ExecutorExit.RETURNED, object())  # failed, but nothing raised
     assert (refused.status, refused.error_class, refused.traceback) == ("failed", "", None)
+
+
+def test_a_traceback_starts_at_the_job_code_and_keeps_the_apps_frames_below_it():
+    def job(ctx):
+        return ctx.payload["missing"]  # a KeyError raised in the job's code
+
+    def job_calling_the_app(ctx):
+        return validation.whole(
+            "not a number", "count", 0, 10
+        )  # raised inside the app, below the job
+
+    for executor, name in ((job, "job"), (job_calling_the_app, "job_calling_the_app")):
+        how, error = attempt._call(executor, SimpleNamespace(payload={}, completed=False))
+        assert how is ExecutorExit.RAISED
+        text = traceback_text(error)
+        assert _first_frame(text) == f'  File "{__file__}", line {_line_of(executor)}, in {name}'
+        assert "worker/attempt.py" not in text
+    assert "django_durable_jobs/validation.py" in text  # the app's frames below the job stay
+
+
+def test_an_error_raised_before_any_job_code_keeps_its_last_frame():
+    executor = attempt.registered_executor("tests.no_such_operation")
+    how, error = attempt._call(executor, SimpleNamespace(payload={}, completed=False))
+    assert how is ExecutorExit.RAISED and isinstance(error, LookupError)
+    assert "worker/attempt.py" in traceback_text(error)  # one frame, where it was raised
+
+
+def _line_of(executor) -> int:
+    return executor.__code__.co_firstlineno + 1
 
 
 def test_a_failure_is_logged_at_warning_with_its_traceback(caplog):
@@ -92,6 +128,7 @@ def test_job_manager_stores_and_logs_the_traceback(caplog):
     attempt = JobAttempt.objects.get(job_id=job_id)
     assert attempt.error_class == "builtins.KeyError"
     assert "in explode" in attempt.traceback
+    assert _first_frame(attempt.traceback).startswith(f'  File "{__file__}"')
     assert attempt.traceback.rstrip().endswith("KeyError: 'no such account'")
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert attempt.traceback.rstrip() in warning.getMessage()
@@ -112,6 +149,7 @@ def test_runjobs_stores_the_traceback_and_logs_it_at_warning(workers):
     assert attempt.error_class == "builtins.RuntimeError"
     assert attempt.traceback.startswith("Traceback (most recent call last):")
     assert RAISING_LINE in attempt.traceback and "jobs.py" in attempt.traceback
+    assert _first_frame(attempt.traceback).endswith(", in fail")  # the job's code, not the worker's
     assert attempt.traceback.rstrip().endswith("RuntimeError: upstream said no")
     log = worker.stderr()
     line = f"WARNING django_durable_jobs.worker: job {job_id} tests.fail attempt=1 epoch=1"

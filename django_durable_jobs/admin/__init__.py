@@ -1,12 +1,13 @@
-"""Read-only admin pages of jobs, attempts and workers: rows are evidence, never edited here.
+"""Admin pages of jobs, attempts and workers (read-only: rows are evidence), and API tokens.
 
-Django's admin autodiscovery imports this package, which registers the three pages:
+Django's admin autodiscovery imports this package, which registers the four pages:
 
 - :mod:`.jobs`: the job list and job page (with :mod:`.filters`, :mod:`.format` and
   :mod:`.paginator`);
 - :mod:`.actions`: *Request cancellation* and *Request retry*, which call the store, the only
   writer, and word its typed answers;
-- :mod:`.attempts` and :mod:`.workers`: the attempt history and the ``runjobs`` processes.
+- :mod:`.attempts` and :mod:`.workers`: the attempt history and the ``runjobs`` processes;
+- :mod:`.tokens`: the REST API's bearer tokens, created (shown once) and revoked.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from .base import ReadOnlyAdmin
 from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
 from .jobs import JobAdmin, JobChangeList
 from .paginator import EstimatedCountPaginator
+from .tokens import ApiTokenAdmin
 from .workers import WorkerProcessAdmin
 
 __all__ = [
+    "ApiTokenAdmin",
     "EstimatedCountPaginator",
     "JobAdmin",
     "JobAttemptAdmin",

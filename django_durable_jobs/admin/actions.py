@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.contrib import admin, messages
+from django.utils.translation import ngettext
 
 from .. import validation
 from ..conf import jobs_settings
@@ -85,13 +86,25 @@ def cancellation_messages(answered: Answered) -> list[Message]:
     at_once, recorded = groups["at once"], groups["recorded"]
     total = len(at_once) + len(recorded)
     parts = [
-        _n(total, "cancellation request recorded", "cancellation requests recorded"),
-        *_clause(at_once, "pending job was", "pending jobs were", "cancelled at once"),
-        *_clause(
-            recorded, "running job", "running jobs", "will stop when the owner sees the request"
+        _n(
+            total,
+            "%(count)d cancellation request recorded",
+            "%(count)d cancellation requests recorded",
         ),
         *_clause(
-            groups["finished"], "job was", "jobs were", "already finished and kept their results"
+            at_once,
+            "%(count)d pending job was cancelled at once",
+            "%(count)d pending jobs were cancelled at once",
+        ),
+        *_clause(
+            recorded,
+            "%(count)d running job will stop when the owner sees the request",
+            "%(count)d running jobs will stop when the owner sees the request",
+        ),
+        *_clause(
+            groups["finished"],
+            "%(count)d job was already finished and kept its result",
+            "%(count)d jobs were already finished and kept their results",
         ),
     ]
     level = messages.SUCCESS if total else messages.WARNING
@@ -111,13 +124,21 @@ def retry_messages(answered: Answered) -> list[Message]:
 
     groups = _grouped(answered, kind)
     recorded, refused = groups["recorded"], groups["refused"]
-    summary = _n(len(recorded), "retry request recorded", "retry requests recorded")
+    summary = _n(
+        len(recorded), "%(count)d retry request recorded", "%(count)d retry requests recorded"
+    )
     parts = [
         summary + (f" ({_ids(recorded)})" if recorded else ""),
-        *_clause(groups["not ended"], "job has", "jobs have", "not ended yet and need no retry"),
+        *_clause(
+            groups["not ended"],
+            "%(count)d job has not ended yet and needs no retry",
+            "%(count)d jobs have not ended yet and need no retry",
+        ),
     ]
     if refused:
-        parts.append(_n(len(refused), "retry was refused", "retries were refused"))
+        parts.append(
+            _n(len(refused), "%(count)d retry was refused", "%(count)d retries were refused")
+        )
     level = messages.SUCCESS if recorded else messages.WARNING
     return [
         (level, "; ".join(parts) + "."),
@@ -137,9 +158,9 @@ def _failures(failed: list[tuple]) -> list[Message]:
     return [(messages.ERROR, f"Job {pk}: {exc}") for pk, exc in failed]
 
 
-def _clause(rows: list[tuple], singular: str, plural: str, what: str) -> list[str]:
+def _clause(rows: list[tuple], singular: str, plural: str) -> list[str]:
     """Return ``["<n> <jobs> <what> (<ids>)"]``, or nothing when there are no rows."""
-    return [f"{_n(len(rows), singular, plural)} {what} ({_ids(rows)})"] if rows else []
+    return [f"{_n(len(rows), singular, plural)} ({_ids(rows)})"] if rows else []
 
 
 def _ids(rows: list[tuple]) -> str:
@@ -148,4 +169,8 @@ def _ids(rows: list[tuple]) -> str:
 
 
 def _n(count: int, singular: str, plural: str) -> str:
-    return f"{count} {singular if count == 1 else plural}"
+    """Return ``singular`` or ``plural`` (each with ``%(count)d``) as ``count`` asks.
+
+    Through ``ngettext``: a translation picks the form its language needs for ``count``.
+    """
+    return ngettext(singular, plural, count) % {"count": count}

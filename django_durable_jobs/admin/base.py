@@ -11,7 +11,16 @@ from ..conf import jobs_settings
 LARGE_TEXT = ("proposal", "checkpoint", "result", "error")
 
 
-class ReadOnly:
+class OnJobsDatabase:
+    """Rows read from ``DURABLE_JOBS['DATABASE']``, the alias the app's tables live in."""
+
+    def get_queryset(self, request):
+        """Read from ``DURABLE_JOBS['DATABASE']``: the list, its filters, each page and inline,
+        and the rows an action is given."""
+        return super().get_queryset(request).using(jobs_settings.DATABASE)
+
+
+class ReadOnly(OnJobsDatabase):
     """No add, change or delete for anybody (superusers included); viewing as Django decides."""
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -22,11 +31,6 @@ class ReadOnly:
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
-
-    def get_queryset(self, request):
-        """Read from ``DURABLE_JOBS['DATABASE']``: the list, its filters, each page and inline,
-        and the rows an action is given."""
-        return super().get_queryset(request).using(jobs_settings.DATABASE)
 
 
 class ReadOnlyAdmin(ReadOnly, admin.ModelAdmin):

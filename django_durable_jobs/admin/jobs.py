@@ -115,7 +115,7 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
                     "attempts",
                     "heartbeat_at",
                     "heartbeat_age",
-                    "lease_expires_at",
+                    "lease_expires_at_shown",
                     "lease_expiry",
                 )
             },
@@ -201,6 +201,13 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
 
     @admin.display(description="lease expires", ordering="lease_expires_at")
     def lease_expiry(self, obj: Job) -> str:
+        """Return when the lease ends, relative to now; ``-`` unless the job is running.
+
+        A finished job keeps the expiry of its last lease as evidence, but nobody holds that
+        lease any more: "in 6 s" would read as a live one.
+        """
+        if obj.status != JobStatus.RUNNING:
+            return "-"
         return relative(obj.lease_expires_at, timezone.now())
 
     def _owner_worker_state(self, obj: Job) -> str | None:
@@ -230,6 +237,19 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
         if state is None:
             return "- (only running jobs have an owner at work)"
         return fmt.worker_badge(state)
+
+    @admin.display(description="lease expires at")
+    def lease_expires_at_shown(self, obj: Job) -> str:
+        """Return the stored expiry, said to be no longer held when the job is not running."""
+        expires = obj.lease_expires_at
+        if expires is None:
+            return "-"
+        if obj.status == JobStatus.RUNNING:
+            return expires.isoformat()
+        return (
+            f"- (no lease is held: the job is {obj.status}; "
+            f"the last one ran to {expires.isoformat()})"
+        )
 
     @admin.display(description="diagnostic error")
     def diagnostic(self, obj: Job) -> str:

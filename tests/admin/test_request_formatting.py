@@ -58,7 +58,7 @@ def test_each_cancellation_answer_has_its_clause_and_a_failure_its_own_message()
             messages.SUCCESS,
             f"3 cancellation requests recorded; 1 pending job was cancelled at once ({IDS[0]}); "
             f"2 running jobs will stop when the owner sees the request ({IDS[1]}, {IDS[2]}); "
-            f"1 job was already finished and kept their results ({IDS[3]}).",
+            f"1 job was already finished and kept its result ({IDS[3]}).",
         ),
         (messages.ERROR, f"Job {IDS[4]}: E_JOB: boom"),
     ]
@@ -70,7 +70,7 @@ def test_no_accepted_cancellation_is_a_warning():
         (
             messages.WARNING,
             "0 cancellation requests recorded; "
-            f"1 job was already finished and kept their results ({IDS[0]}).",
+            f"1 job was already finished and kept its result ({IDS[0]}).",
         )
     ]
 
@@ -109,7 +109,7 @@ def test_each_retry_answer_has_its_clause_and_refusals_and_failures_their_own_me
         (
             messages.SUCCESS,
             f"2 retry requests recorded ({IDS[0]}, {IDS[1]}); "
-            f"1 job has not ended yet and need no retry ({IDS[2]}); 1 retry was refused.",
+            f"1 job has not ended yet and needs no retry ({IDS[2]}); 1 retry was refused.",
         ),
         (messages.WARNING, f"Retry refused for job {IDS[3]}: it is complete"),
         (messages.ERROR, f"Job {IDS[4]}: E_JOB: lost"),

@@ -20,8 +20,9 @@ from django.utils import timezone
 from .. import registry, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError
+from ..management.commands import _jobs_format as jobs_format
 from ..models import ApiToken
-from .tokens import create_token, revoke_token, token_expired
+from .tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
 
 DURATION_RE = re.compile(r"(\d+)([wdhms])")
 DURATION_UNITS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -60,6 +61,7 @@ def add_token_parser(subparsers) -> Any:
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
     listing.add_argument("--user", default=None, help="only this user's tokens")
     listing.add_argument("--all", action="store_true", help="include revoked tokens")
+    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
     return token
 
 
@@ -182,7 +184,22 @@ def _expires(row: ApiToken) -> str:
     return f"{text} (expired)" if token_expired(row) else text
 
 
+TOKEN_COLUMNS = (
+    ("id", "ID"),
+    ("token", "PREFIX"),
+    ("user", "USER"),
+    ("scope", "SCOPE"),
+    ("name", "NAME"),
+    ("operations", "OPERATIONS"),
+    ("expires", "EXPIRES"),
+    ("created_at", "CREATED"),
+    ("last_used_at", "LAST USED"),
+    ("revoked_at", "REVOKED"),
+)
+
+
 def _list(options: dict[str, Any], stdout) -> int:
+    """Print the tokens as ``jobs list`` prints jobs: aligned columns, or JSON with ``--json``."""
     rows = (
         ApiToken.objects.using(jobs_settings.DATABASE)
         .select_related("user")
@@ -192,21 +209,35 @@ def _list(options: dict[str, Any], stdout) -> int:
         rows = rows.filter(**{f"user__{get_user_model().USERNAME_FIELD}": options["user"]})
     if not options.get("all"):
         rows = rows.filter(revoked_at__isnull=True)
-    stdout.write(
-        "ID\tPREFIX\tUSER\tSCOPE\tNAME\tOPERATIONS\tEXPIRES\tCREATED\tLAST USED\tREVOKED\n"
-    )
-    for row in rows:
-        fields = [
-            row.pk,
-            f"djt_{row.prefix}_…",
-            row.user.get_username(),
-            row.scope,
-            row.name or "-",
-            _operations(row),
-            _expires(row),
-            row.created_at.isoformat(timespec="seconds"),
-            row.last_used_at.isoformat(timespec="seconds") if row.last_used_at else "-",
-            row.revoked_at.isoformat(timespec="seconds") if row.revoked_at else "-",
-        ]
-        stdout.write("\t".join(str(f) for f in fields) + "\n")
+    data = [_token_row(row) for row in rows]
+    if options.get("json"):
+        stdout.write(jobs_format.dumps(data) + "\n")
+    elif data:
+        cells = [[row[key] for key, _ in TOKEN_COLUMNS] for row in data]
+        stdout.write(jobs_format.aligned([title for _, title in TOKEN_COLUMNS], cells) + "\n")
+    else:
+        stdout.write("No tokens match.\n")
     return 0
+
+
+def _token_row(row: ApiToken) -> dict[str, Any]:
+    """Return one token as ``jobs token list`` shows it: never its hash."""
+
+    def iso(moment: datetime | None) -> str | None:
+        return moment.isoformat(timespec="seconds") if moment else None
+
+    return {
+        "id": row.pk,
+        "prefix": row.prefix,
+        "token": f"{TOKEN_PREFIX}_{row.prefix}_…",
+        "user": row.user.get_username(),
+        "scope": row.scope,
+        "name": row.name,
+        "operations": _operations(row),
+        "expires_at": iso(row.expires_at),
+        "expires": _expires(row),
+        "expired": token_expired(row),
+        "created_at": iso(row.created_at),
+        "last_used_at": iso(row.last_used_at),
+        "revoked_at": iso(row.revoked_at),
+    }

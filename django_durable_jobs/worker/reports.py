@@ -8,9 +8,12 @@ at INFO, or at WARNING with the traceback for a failed attempt.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from django.utils.translation import ngettext
 
 from ..errors import LeaseLost
 from ..terminal import printable
@@ -19,7 +22,14 @@ from ..vocabulary import AttemptOutcomeChoice
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
-__all__ = ["AttemptEnd", "AttemptReport", "ExecutionReport", "log", "report_recorded"]
+__all__ = [
+    "AttemptEnd",
+    "AttemptReport",
+    "ExecutionReport",
+    "log",
+    "report_recorded",
+    "summary_line",
+]
 
 
 class AttemptEnd(StrEnum):
@@ -111,3 +121,37 @@ def log(report: AttemptReport) -> None:
         f" error={printable(report.error, keep_newlines=False)}" if report.error else "",
         f"\n{printable(report.traceback.rstrip())}" if report.traceback else "",
     )
+
+
+# What the summary says of each end, always (the first four) or when it happened (the rest).
+SUMMARY_WORDS = {
+    AttemptEnd.COMPLETE: "complete",
+    AttemptEnd.FAILED: "failed",
+    AttemptEnd.CANCELLED: "cancelled",
+    AttemptEnd.LEASE_LOST: "lost (another attempt took over)",
+    AttemptEnd.UNRECORDED: "unrecorded (the database refused the outcome)",
+    AttemptEnd.RELEASED: "released unstarted",
+}
+ALWAYS_SAID = (AttemptEnd.COMPLETE, AttemptEnd.FAILED, AttemptEnd.CANCELLED, AttemptEnd.LEASE_LOST)
+
+
+def summary_line(outcomes: Mapping[AttemptEnd, int], elapsed: float, *, abandoned: int = 0) -> str:
+    """Return the one line a worker that ran to its end prints: how its attempts ended.
+
+    ``outcomes`` counts the attempts by how they ended (``Worker.outcomes``); ``abandoned``
+    counts the job threads given up on after a timeout.
+    """
+    ended = sum(outcomes.values())
+    counts = [
+        f"{outcomes.get(end, 0)} {words}"
+        for end, words in SUMMARY_WORDS.items()
+        if end in ALWAYS_SAID or outcomes.get(end, 0)
+    ]
+    ran = ngettext("%(count)d attempt ended", "%(count)d attempts ended", ended)
+    line = f"runjobs: finished in {elapsed:.1f} s; {ran % {'count': ended}}: {', '.join(counts)}"
+    if abandoned:
+        threads = ngettext(
+            "%(count)d job thread abandoned", "%(count)d job threads abandoned", abandoned
+        )
+        line += f"; {threads % {'count': abandoned}}"
+    return line + "."

@@ -367,6 +367,11 @@ class Worker(ShutdownMixin, TimeoutMixin):
         every = self.options.status_every
         return every is not None and time.monotonic() - last >= every
 
+    def ended_counts(self) -> Counter[AttemptEnd]:
+        """Return how many attempts ended each way so far (a copy)."""
+        with self.holdings.lock:
+            return Counter(self.outcomes)
+
     def status_line(self) -> str:
         done = ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"
         counts = self.holdings.counts

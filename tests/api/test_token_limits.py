@@ -9,6 +9,7 @@ is written, through the function and through the command.
 from __future__ import annotations
 
 import io
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -189,11 +190,9 @@ def test_command_creates_a_limited_expiring_token_and_lists_its_limits():
     before = db_state()
     response = Api(token).post("/jobs", {"operation": "tests.fail", "payload": {}})
     refused(response, 403, "E_API_FORBIDDEN", before)
-    listing = _jobs("list")
-    header, line = listing.splitlines()[:2]
-    columns = dict(zip(header.split("\t"), line.split("\t"), strict=True))
-    assert columns["OPERATIONS"] == f"{OP},{OTHER_OP}"
-    assert columns["EXPIRES"] == row.expires_at.isoformat(timespec="seconds")
+    (listed,) = json.loads(_jobs("list", "--json"))
+    assert listed["operations"] == f"{OP},{OTHER_OP}"
+    assert listed["expires"] == row.expires_at.isoformat(timespec="seconds")
 
 
 def test_command_expires_at_takes_an_iso_time_with_an_offset():
@@ -206,9 +205,9 @@ def test_command_expires_at_takes_an_iso_time_with_an_offset():
     assert row.operations == []
     assert "operations: *" in output
     ApiToken.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-    line = _jobs("list").splitlines()[1]
-    assert "(expired)" in line.split("\t")[6]
-    assert line.split("\t")[5] == "*"
+    (listed,) = json.loads(_jobs("list", "--json"))
+    assert listed["expires"].endswith("(expired)") and listed["expired"] is True
+    assert listed["operations"] == "*"
 
 
 def test_command_notes_an_operation_no_one_registered():

@@ -26,7 +26,7 @@ from ...models import Job, JobAttempt
 from ...terminal import printable, printable_json
 from ...validation import loads_strict
 from ...values import RequestResult
-from ...vocabulary import RequestAnswer
+from ...vocabulary import JobStatus, RequestAnswer
 
 LIST_COLUMNS = (
     ("id", "ID"),
@@ -99,10 +99,19 @@ def list_row(job: Job, now: datetime) -> dict[str, Any]:
 
 def table(data: Sequence[dict[str, Any]], now: datetime) -> str:
     """Return ``data`` (from :func:`list_row`) as an aligned text table."""
-    cells = [[title for _, title in LIST_COLUMNS]]
-    for row in data:
-        cells.append([_cell(row, key, now) for key, _ in LIST_COLUMNS])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(LIST_COLUMNS))]
+    rows = [[_cell(row, key, now) for key, _ in LIST_COLUMNS] for row in data]
+    return aligned([title for _, title in LIST_COLUMNS], rows)
+
+
+def aligned(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Return ``rows`` under ``header`` as columns padded to their widest cell, two spaces apart.
+
+    Each cell is printed as one line (:func:`~django_durable_jobs.terminal.printable`), ``-``
+    when it is None or empty.
+    """
+    cells = [list(header)]
+    cells += [[_scalar(value) for value in row] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
     return "\n".join(
         "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip()
         for line in cells
@@ -136,9 +145,7 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
     """Return :func:`detail` as text for people: fields, pretty JSON blocks, attempts."""
     blocks = ("proposal", "checkpoint", "result", "error", "attempt_history")
     width = max(len(k) for k in data)
-    lines = [
-        f"{key.ljust(width)}  {_scalar(value)}" for key, value in data.items() if key not in blocks
-    ]
+    lines = [f"{key.ljust(width)}  {_field(data, key)}" for key in data if key not in blocks]
     for key in ("proposal", "checkpoint", "result"):
         raw = f"manage.py jobs show {data['id']} --raw {key}"
         lines += ["", f"{key}:", _indent(pretty_json(data[key], raw=raw))]
@@ -157,6 +164,15 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
         if a["traceback"]:
             lines.append(_indent(a["traceback"].rstrip(), "      "))
     return "\n".join(lines)
+
+
+def _field(data: dict[str, Any], key: str) -> str:
+    """Return one field of ``jobs show``; a lease the job no longer holds is said to be so."""
+    text = _scalar(data[key])
+    held = data["status"] == JobStatus.RUNNING
+    if key == "lease_expires_at" and data[key] is not None and not held:
+        return f"{text} (not held: the job is {_scalar(data['status'])})"
+    return text
 
 
 def pretty_json(text: str | None, *, raw: str | None = None) -> str:

@@ -6,6 +6,7 @@ import logging
 import signal
 import subprocess
 import sys
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -15,6 +16,7 @@ from ...errors import JobError
 from ...terminal import PrintableFormatter, printable
 from ...worker import Worker, WorkerOptions
 from ...worker.options import LEASE_SECONDS, PROCESSES, seconds, whole
+from ...worker.reports import summary_line
 from ...worker.watchdog import TIMEOUT_GRACE
 
 DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
@@ -114,7 +116,12 @@ class Command(BaseCommand):
                 f"{worker_options.concurrency} thread(s), lease {worker_options.lease_seconds:g}s. "
                 f"SIGTERM/Ctrl-C stops claiming; a second one requests cancellation."
             )
+        started = time.monotonic()
         worker.run()
+        if options["burst"] and options["verbosity"] >= 1:
+            elapsed = time.monotonic() - started
+            line = summary_line(worker.ended_counts(), elapsed, abandoned=worker.abandoned)
+            self.stdout.write(printable(line, keep_newlines=False))
 
     def run_processes(self, count: int) -> int:
         """Run ``count`` single-process workers and forward SIGTERM/SIGINT to all of them."""

@@ -16,6 +16,10 @@ from .reports import AttemptEnd, AttemptReport
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
+# How ``runjobs --processes`` passes a first and a second SIGTERM/SIGINT on to its children.
+PARENT_STOP = signal.SIGUSR1
+PARENT_CANCEL = signal.SIGUSR2
+
 
 class ShutdownMixin:
     """The worker's graceful stop (a mixin of ``Worker``)."""
@@ -116,13 +120,24 @@ class ShutdownMixin:
             entry.cancel.set()
 
     def install_signal_handlers(self) -> None:
-        """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs."""
+        """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs.
+
+        ``runjobs --processes`` passes its own signals on as SIGUSR1 (stop claiming) and SIGUSR2
+        (also cancel), counted apart from SIGTERM/SIGINT: a child that gets SIGTERM from a
+        service manager that signals every process of the service (systemd's default
+        ``KillMode=control-group``) and SIGUSR1 from its parent, in either order, stops once and
+        cancels nothing.
+        """
+        stop_signals: list[int] = []
 
         def handle(signum, frame) -> None:
-            self.request_stop(cancel_running=self.stopping.is_set())
+            self.request_stop(cancel_running=bool(stop_signals))
+            stop_signals.append(signum)
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
+        signal.signal(PARENT_STOP, lambda signum, frame: self.request_stop())
+        signal.signal(PARENT_CANCEL, lambda signum, frame: self.request_stop(cancel_running=True))
 
     def _sign_off(self) -> None:
         try:

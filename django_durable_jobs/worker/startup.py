@@ -117,11 +117,15 @@ def wait_for_database(
 
 @contextmanager
 def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
-    """Set ``stop`` on SIGTERM/SIGINT while inside (main thread only; elsewhere do nothing)."""
+    """Set ``stop`` on SIGTERM/SIGINT while inside (main thread only; elsewhere do nothing).
+
+    Also on SIGUSR1/SIGUSR2, which ``runjobs --processes`` sends its children instead.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+    previous = {signum: signal.getsignal(signum) for signum in signals}
     for signum in previous:
         signal.signal(signum, lambda signum, frame: stop.set())
     try:

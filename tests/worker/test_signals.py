@@ -16,6 +16,7 @@ interval is measured) and 0.2 s polling; tests wait on rows, marker files and lo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import time
@@ -242,3 +243,69 @@ def test_processes_runs_two_workers_and_sigterm_to_parent_stops_both(workers):
     assert [row.state() for row in stopped] == [WorkerState.STOPPED] * 2
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
     assert {job(i).owner_id for i in ids} <= {row.owner_id for row in rows}
+
+
+# Two children that claim one job at a time, so two jobs run one in each.
+ONE_JOB_EACH = ("--processes", "2", "--concurrency", "1", "--prefetch", "0")
+
+
+def _children(parent) -> list[WorkerProcess]:
+    def two_rows() -> list[WorkerProcess] | None:
+        assert parent.running(), f"the parent exited ({parent.proc.returncode})\n{parent.logs()}"
+        rows = list(WorkerProcess.objects.filter(stopped_at__isnull=True))
+        return rows if len(rows) == 2 else None
+
+    return wait_for(two_rows, "two worker rows")
+
+
+@pytest.mark.parametrize("children_first", [True, False], ids=["children-first", "parent-first"])
+def test_processes_under_a_service_manager_that_signals_every_process_cancel_nothing(
+    workers, tmp_path, children_first
+):
+    """systemd's default KillMode=control-group sends SIGTERM to the parent and every child at
+    once; the parent passes its own on. Each child must stop once: its jobs finish, none is
+    cancelled."""
+    markers = str(tmp_path)
+    ids = [submit("tests.sleep", {"seconds": 3, "n": n, "markers": markers}).pk for n in range(2)]
+    parent = workers.start(*ONE_JOB_EACH, "--grace", "30")
+    children = _children(parent)
+    _started(tmp_path, *ids)
+
+    pids = [row.pid for row in children]
+    for pid in [*pids, parent.pid] if children_first else [parent.pid, *pids]:
+        os.kill(pid, signal.SIGTERM)
+    assert parent.wait() == 0, parent.logs()
+
+    for job_id in ids:
+        done = job(job_id)
+        assert done.status == JobStatus.COMPLETE, (done.status, done.error, parent.logs())
+        assert done.cancellation_requested_at is None
+    assert "cancellation requested" not in parent.stderr()
+    stopped = WorkerProcess.objects.filter(pid__in=pids)
+    assert [row.state() for row in stopped] == [WorkerState.STOPPED] * 2
+
+
+def test_processes_pass_a_second_signal_on_as_cancellation(workers, tmp_path):
+    markers = str(tmp_path)
+    ids = [
+        submit("tests.wait_cancel", {"seconds": 60, "n": n, "markers": markers}).pk
+        for n in range(2)
+    ]
+    parent = workers.start(*ONE_JOB_EACH, "--grace", "60")
+    _children(parent)
+    _started(tmp_path, *ids)
+
+    parent.send(signal.SIGTERM)
+    wait_for(
+        lambda: parent.stderr().count("stopping: 1 job(s) still running") == 2,
+        "both children to stop claiming",
+    )
+    assert parent.running()  # the grace period lets the jobs run on
+    signalled = time.monotonic()
+    parent.send(signal.SIGTERM)
+    assert parent.wait() == 0, parent.logs()
+    assert time.monotonic() - signalled < 10  # far less than the 60 s grace
+    for job_id in ids:
+        ended = job(job_id)
+        assert ended.status == JobStatus.CANCELLED, (ended.status, ended.error, parent.logs())
+        assert marker(tmp_path, f"cancelled-{job_id}") is not None

@@ -17,6 +17,7 @@ from ...terminal import PrintableFormatter, printable
 from ...worker import Worker, WorkerOptions
 from ...worker.options import LEASE_SECONDS, PROCESSES, seconds, whole
 from ...worker.reports import summary_line
+from ...worker.shutdown import PARENT_CANCEL, PARENT_STOP
 from ...worker.watchdog import TIMEOUT_GRACE
 
 DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
@@ -124,18 +125,26 @@ class Command(BaseCommand):
             self.stdout.write(printable(line, keep_newlines=False))
 
     def run_processes(self, count: int) -> int:
-        """Run ``count`` single-process workers and forward SIGTERM/SIGINT to all of them."""
+        """Run ``count`` single-process workers and pass SIGTERM/SIGINT on to all of them.
+
+        The first is passed on as ``PARENT_STOP`` (stop claiming), any later one as
+        ``PARENT_CANCEL`` (also cancel running jobs): signals of their own, so a child that a
+        service manager signals too is not asked twice.
+        """
         # orig_argv keeps "-m django" intact; each child gets its own process group so a
         # group-wide Ctrl-C reaches it once, through the parent, not twice.
         argv = _without_option(sys.orig_argv[1:], "--processes")
         children = [
             subprocess.Popen([sys.executable, *argv], process_group=0) for _ in range(count)
         ]
+        received: list[int] = []
 
         def forward(signum, frame) -> None:
+            received.append(signum)
+            passed_on = PARENT_STOP if len(received) == 1 else PARENT_CANCEL
             for child in children:
                 if child.poll() is None:
-                    child.send_signal(signum)
+                    child.send_signal(passed_on)
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)

@@ -41,8 +41,10 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
         ls = sub.add_parser("list", parents=[common], help="list jobs, newest first")
-        ls.add_argument("--status", choices=JobStatus.values)
-        ls.add_argument("--ownership", choices=OWNERSHIP_STATES)
+        ls.add_argument("--status", choices=JobStatus.values, help="only jobs in this status")
+        ls.add_argument(
+            "--ownership", choices=OWNERSHIP_STATES, help="only jobs whose lease is in this state"
+        )
         ls.add_argument("--operation", help="only jobs of this operation")
         ls.add_argument("--scope", help="only jobs of this scope")
         ls.add_argument("--queue", help="only jobs of this queue")
@@ -54,7 +56,7 @@ class Command(BaseCommand):
         )
 
         show = sub.add_parser("show", parents=[common], help="every field and attempt of a job")
-        show.add_argument("job_id", metavar="ID")
+        show.add_argument("job_id", metavar="ID", help="the job's id (a UUID)")
         show.add_argument(
             "--raw",
             choices=RAW_FIELDS,
@@ -62,7 +64,7 @@ class Command(BaseCommand):
         )
         for name, what in (("cancel", "cancellation"), ("retry", "a retry")):
             request = sub.add_parser(name, parents=[common], help=f"request {what} of jobs")
-            request.add_argument("job_ids", metavar="ID", nargs="+")
+            request.add_argument("job_ids", metavar="ID", nargs="+", help="job ids (UUIDs)")
 
         api_cli = _api_cli()
         if api_cli is not None:

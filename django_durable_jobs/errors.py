@@ -39,6 +39,10 @@ class JobError(Exception):
 
 
 class InputInvalid(JobError):
+    """The input is malformed or out of range: an id, operation, scope, queue or key; JSON that is
+    not JSON or nested too deeply; a datetime out of range; a bad limit; an option that does not
+    apply."""
+
     code = "E_JOB_INPUT_INVALID"
 
 
@@ -64,30 +68,49 @@ class CapacityReached(JobError):
 
 
 class ScopeMismatch(JobError):
+    """A submission, execution, request or page cursor belongs to another scope (or another caller)
+    than the store's."""
+
     code = "E_JOB_SCOPE_MISMATCH"
 
 
 class IdempotencyConflict(JobError):
+    """The same scope, operation and idempotency key were submitted with different input."""
+
     code = "E_JOB_IDEMPOTENCY_CONFLICT"
 
 
 class LeaseLost(JobError):
+    """The caller no longer holds the job's lease: another owner or epoch, the lease expired, or the
+    job is not running. Nothing was written."""
+
     code = "E_JOB_LEASE_LOST"
 
 
 class NotReclaimable(JobError):
+    """The job cannot be claimed or retried now: it is live, complete, defective, legacy or
+    missing."""
+
     code = "E_JOB_NOT_RECLAIMABLE"
 
 
 class TransactionOwned(JobError):
+    """A store call that commits its own transaction was made inside the caller's
+    ``transaction.atomic()``; the caller's transaction is untouched."""
+
     code = "E_JOB_TRANSACTION_OWNED"
 
 
 class DeadlineExceeded(JobError):
+    """An execution's time budget ran out before BEGIN, while waiting for a lock, or before
+    COMMIT."""
+
     code = "E_JOB_DEADLINE_EXCEEDED"
 
 
 class LockPolicyConflict(JobError):
+    """The lock-wait setting installed for a bounded transaction was changed during it."""
+
     code = "E_JOB_LOCK_POLICY_CONFLICT"
 
 

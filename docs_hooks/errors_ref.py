@@ -2,7 +2,7 @@
 
 The ``JobError`` codes come from walking the subclasses of ``JobError`` (the API's own
 ``JobNotFound`` included) and ``ExecutionStopped.CODES``; each status from the API's own
-``status_for()``. A class without a docstring takes its meaning from ``MEANINGS``; the API's own
+``status_for()``; each meaning from the first paragraph of the class's docstring. The API's own
 ``E_API_*`` codes, found by reading the API's source, take theirs from ``API_CODES``. A code with no
 meaning stops the build.
 """
@@ -13,28 +13,6 @@ import re
 from pathlib import Path
 
 from .text import cell, code, first_paragraph, table
-
-# Meanings of the classes whose docstring says nothing (or only what a user needs less).
-MEANINGS = {
-    "JobError": "The base class; a `JobError` raised with no more specific code.",
-    "InputInvalid": "The input is malformed or out of range: an id, operation, scope, queue or "
-    "key; JSON that is not JSON or nested too deeply; a datetime out of range; a bad limit; an "
-    "option that does not apply.",
-    "ScopeMismatch": "A submission, execution, request or page cursor belongs to another scope "
-    "(or another caller) than the store's.",
-    "IdempotencyConflict": "The same scope, operation and idempotency key were submitted with "
-    "different input.",
-    "LeaseLost": "The caller no longer holds the job's lease: another owner or epoch, the lease "
-    "expired, or the job is not running. Nothing was written.",
-    "NotReclaimable": "The job cannot be claimed or retried now: it is live, complete, defective, "
-    "legacy or missing.",
-    "TransactionOwned": "A store call that commits its own transaction was made inside the "
-    "caller's `transaction.atomic()`; the caller's transaction is untouched.",
-    "DeadlineExceeded": "An execution's time budget ran out before BEGIN, while waiting for a "
-    "lock, or before COMMIT.",
-    "LockPolicyConflict": "The lock-wait setting installed for a bounded transaction was changed "
-    "during it.",
-}
 
 # What ExecutionStopped's codes mean (``Execution.assert_active()`` / ``consume()``).
 STOPPED = {
@@ -97,9 +75,9 @@ def http_status(kind: type) -> str:
 
 def meaning(kind: type) -> str:
     """Return what a refusal of class ``kind`` means."""
-    text = MEANINGS.get(kind.__name__) or first_paragraph(kind.__dict__.get("__doc__"))
+    text = first_paragraph(kind.__dict__.get("__doc__"))
     if not text:
-        raise ValueError(f"{kind.__module__}.{kind.__name__} has no docstring nor MEANINGS entry.")
+        raise ValueError(f"{kind.__module__}.{kind.__name__} has no docstring.")
     return text
 
 

@@ -141,18 +141,9 @@ class ApiTokenAdmin(OnJobsDatabase, admin.ModelAdmin):
     ordering = ("-created_at", "-id")
     actions = ["revoke_tokens"]
     add_fields = ("user", "scope", "name", "operations_text", "expires_at")
-    change_fields = (
-        "name",
-        "token_prefix",
-        "user",
-        "scope",
-        "operations_shown",
-        "expires_at",
-        "created_at",
-        "last_used_at",
-        "revoked_at",
-        "state_badge",
-    )
+    # The token's page: its label (the one field that may change), the list's columns, and when
+    # it was revoked.
+    change_fields = ("name", *list_display[1:-1], "revoked_at", "state_badge")
     raw_id_fields = ("user",)
 
     def get_search_fields(self, request):

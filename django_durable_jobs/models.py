@@ -27,7 +27,15 @@ from .vocabulary import (
     worker_state,
 )
 
-__all__ = ["ApiToken", "CapacityGate", "Job", "JobAttempt", "JobStatus", "WorkerProcess"]
+__all__ = [
+    "ApiToken",
+    "CapacityGate",
+    "Job",
+    "JobAttempt",
+    "JobStatus",
+    "Schedule",
+    "WorkerProcess",
+]
 
 
 class Job(models.Model):
@@ -176,6 +184,9 @@ class WorkerProcess(models.Model):
     stopping = models.BooleanField(default=False)
     queues = models.TextField(blank=True, default="")
     operations = models.TextField(blank=True, default="")
+    # The schedules this process declares, as JSON {name: definition hash}: reconciliation marks a
+    # schedule removed only when no live process declares it.
+    schedules = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-started_at"]
@@ -229,3 +240,50 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class Schedule(models.Model):
+    """A recurring job declared in code, kept as a row that operators can see, pause and resume.
+
+    Its definition (operation, cron expression or interval, payload, …) is written by the workers
+    that declare it when they start; ``paused_at`` by people; ``last_tick_at`` and ``last_job`` by the
+    scheduler. A schedule no live worker declares any more is marked ``removed_at``, never deleted.
+    """
+
+    name = models.CharField(max_length=NAME_MAX, unique=True)
+    operation = models.CharField(max_length=NAME_MAX)
+    cron = models.CharField(max_length=255, blank=True, default="")
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)  # whole seconds, >= 1
+    # Interval ticks are anchor + k * interval, the same in every process.
+    anchor = models.DateTimeField()
+    timezone = models.CharField(max_length=64, default="UTC")
+    payload = models.TextField(default="{}")
+    scope = models.CharField(max_length=NAME_MAX, null=True, blank=True)
+    queue = models.CharField(max_length=NAME_MAX, default="default")
+    priority = models.SmallIntegerField(default=0)
+    overlap = models.CharField(
+        max_length=8, choices=[("skip", "skip"), ("allow", "allow")], default="skip"
+    )
+    catch_up = models.CharField(
+        max_length=8,
+        choices=[("latest", "latest"), ("all", "all"), ("none", "none")],
+        default="latest",
+    )
+    catch_up_limit = models.PositiveIntegerField(default=100)
+    definition_hash = models.CharField(max_length=64)
+    declared_at = models.DateTimeField()
+    removed_at = models.DateTimeField(null=True, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    last_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -2,8 +2,9 @@
 
 from .errors import JobCancelled, JobError
 from .registry import operation
+from .schedules import every
 
-__all__ = ["JobCancelled", "JobError", "operation", "submit", "submit_many"]
+__all__ = ["JobCancelled", "JobError", "every", "operation", "submit", "submit_many"]
 
 
 def submit(operation, payload, **options):  # noqa: ANN001, ANN201 - typed in .submission

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf, quotas
+from . import conf, quotas, schedules
 from .conf import jobs_settings
 from .dbvendor import has_immediate_transactions
 
@@ -63,6 +63,14 @@ def check_settings(app_configs=None, **kwargs) -> list:
                 problem,
                 hint="See the quotas page of the documentation for the keys and their values.",
                 id="durable_jobs.E013",
+            )
+        )
+    for problem in schedules.problems():
+        errors.append(
+            Error(
+                problem,
+                hint="See the schedules page of the documentation for the keys and their values.",
+                id="durable_jobs.E014",
             )
         )
     resolver = raw.get("SCOPE_RESOLVER")

@@ -19,6 +19,9 @@ Defaults:
                         limit); see ``django_durable_jobs.quotas``.
 ``SCOPE_QUOTAS``        ``{}`` — scope name → limits that replace ``QUOTAS``' for that scope.
 ``RATE_LIMIT_CACHE``    ``"default"`` — the Django cache alias the submission rate limits count in.
+``SCHEDULES``           ``{}`` — schedule name → recurring job (``operation``, ``cron`` or ``every``,
+                        ``payload``, ``timezone``…) that every ``runjobs`` process submits; see
+                        ``django_durable_jobs.schedules``.
 
 ``manage.py check`` reports unknown keys and values of the wrong type (``durable_jobs.E00x``).
 """
@@ -42,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "QUOTAS": {},
     "SCOPE_QUOTAS": {},
     "RATE_LIMIT_CACHE": "default",
+    "SCHEDULES": {},
 }
 
 
@@ -93,6 +97,12 @@ class JobsSettings:
     @property
     def RATE_LIMIT_CACHE(self) -> str:  # noqa: N802
         return str(_raw("RATE_LIMIT_CACHE"))
+
+    @property
+    def SCHEDULES(self) -> dict[str, Any]:  # noqa: N802
+        """Return the schedules as written; ``schedules.settings_schedules()`` checks them."""
+        value = _raw("SCHEDULES")
+        return value if isinstance(value, dict) else {}
 
     def database(self, using: str | None = None) -> str:
         """Return ``using`` when given, else the ``DATABASE`` alias of the job tables."""

@@ -23,6 +23,7 @@ class OperationSpec:
     max_running: int | None = None
     timeout: float | None = None
     retry: RetryPolicy | None = None
+    schedule: Any = None  # as declared; ``django_durable_jobs.schedules`` validates it
 
 
 _registry: dict[str, OperationSpec] = {}
@@ -37,15 +38,25 @@ def operation(
     max_running: int | None = None,
     timeout: float | None = None,
     retry: Any = None,
+    schedule: Any = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated function as the executor of operation ``name``."""
+    """Register the decorated function as the executor of operation ``name``.
+
+    ``schedule`` submits the operation on a schedule named ``name``: a cron expression, a
+    ``timedelta`` (``every(seconds=30)``) or a dict of the keys of a ``DURABLE_JOBS["SCHEDULES"]``
+    entry (``operation`` excepted). It is validated with the other declared schedules, by
+    ``manage.py check`` (``durable_jobs.E014``) and when ``runjobs`` starts; see
+    ``django_durable_jobs.schedules``.
+    """
     validation.operation(name)
     _check_options(on_expired, max_running, timeout)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(func):
             raise InputInvalid(f"@operation({name!r}) decorates a function; got {func!r}.")
-        spec = OperationSpec(name, func, on_expired, max_running, timeout, RetryPolicy.of(retry))
+        spec = OperationSpec(
+            name, func, on_expired, max_running, timeout, RetryPolicy.of(retry), schedule
+        )
         with _lock:
             existing = _registry.get(name)
             if existing is not None and existing.func is not func:

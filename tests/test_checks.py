@@ -1,9 +1,9 @@
 """The system checks of django_durable_jobs.checks report misconfiguration before anything runs.
 
 Proves each check id (W001 SQLite without IMMEDIATE transactions, E001-E006 for the ``DURABLE_JOBS``
-dict and its database alias) is raised exactly when its misconfiguration is present, both when the
-check functions are called directly (no database) and through ``manage.py check`` (whose model
-checks open the test database).
+dict and its database alias, E014 for a declared schedule) is raised exactly when its
+misconfiguration is present, both when the check functions are called directly (no database) and
+through ``manage.py check`` (whose model checks open the test database).
 """
 
 from __future__ import annotations
@@ -207,3 +207,71 @@ def test_plain_check_command_reports_an_unknown_database_alias():
         with pytest.raises(SystemCheckError) as excinfo:
             call_command("check", stdout=StringIO(), stderr=StringIO())
     assert "durable_jobs.E006" in str(excinfo.value)
+
+
+# -- E014: declared schedules ---------------------------------------------------------------------
+
+
+def test_a_bad_cron_expression_is_e014_naming_the_schedule():
+    bad = {"nightly-sales": {"operation": "reports.rebuild", "cron": "61 * * * *"}}
+    with override_settings(DURABLE_JOBS={"SCHEDULES": bad}):
+        found = check_settings()
+    assert ids(found) == ["durable_jobs.E014"]
+    assert found[0].msg.startswith("Schedule 'nightly-sales': cron '61 * * * *'")
+
+
+def test_each_bad_schedule_is_its_own_e014():
+    bad = {
+        "a": {"operation": "op", "cron": "0 3 * * *", "timezone": "Mars/Olympus"},
+        "b": {"operation": "op", "every": 30, "catchup": "all"},
+        "c": {"operation": "op", "every": 30},
+    }
+    with override_settings(DURABLE_JOBS={"SCHEDULES": bad}):
+        found = check_settings()
+    assert ids(found) == ["durable_jobs.E014"] * 2
+    assert "timezone 'Mars/Olympus'" in found[0].msg and "Schedule 'a'" in found[0].msg
+    assert "did you mean 'catch_up'?" in found[1].msg and "Schedule 'b'" in found[1].msg
+
+
+def test_schedules_that_are_not_a_dict_are_e014():
+    with override_settings(DURABLE_JOBS={"SCHEDULES": [("a", "0 3 * * *")]}):
+        found = check_settings()
+    assert ids(found) == ["durable_jobs.E014"]
+    assert 'DURABLE_JOBS["SCHEDULES"] is a list' in found[0].msg
+
+
+def test_a_bad_operation_schedule_is_e014():
+    from django_durable_jobs import operation, registry
+
+    operation("tests.check_schedule", schedule="0 25 * * *")(lambda ctx, payload: None)
+    try:
+        found = check_settings()
+    finally:
+        registry.unregister("tests.check_schedule")
+    assert ids(found) == ["durable_jobs.E014"]
+    assert "@operation('tests.check_schedule', schedule=...)" in found[0].msg
+
+
+def test_good_schedules_pass():
+    good = {
+        "nightly-sales": {
+            "operation": "reports.rebuild",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "payload": {"report": "sales"},
+            "catch_up": "all",
+        },
+        "flush": {"operation": "metrics.flush", "every": 30},
+    }
+    with override_settings(DURABLE_JOBS={"SCHEDULES": good}):
+        assert all_checks() == []
+
+
+@pytest.mark.django_db
+def test_plain_check_command_reports_a_bad_schedule():
+    bad = {"nightly": {"operation": "op", "cron": "0 3 * * *", "timezone": "Nowhere/Land"}}
+    with override_settings(DURABLE_JOBS={"SCHEDULES": bad}):
+        with pytest.raises(SystemCheckError) as excinfo:
+            call_command("check", stdout=StringIO(), stderr=StringIO())
+    assert "durable_jobs.E014" in str(excinfo.value)
+    assert "Schedule 'nightly': timezone 'Nowhere/Land'" in str(excinfo.value)

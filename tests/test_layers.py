@@ -19,6 +19,7 @@ LAYERS = [
     {"validation", "retry", "jsontext"},
     {"vocabulary", "registry"},
     {"values", "execution"},
+    {"schedules"},
     {"querysets", "models", "migrations"},
     {"dbvendor", "transactions", "checks", "rows", "quotas"},
     {"store"},

@@ -6,7 +6,7 @@ SQL, and raises ``LeaseLost`` when nothing matched. Each attempt leaves its ``Jo
 transaction that ends it.
 
 The class is assembled from one module per concern (submissions, reads, claims, outcomes) over a
-shared base; all of them live in this package, so fencing is audited by reading this folder.
+shared base (schedule rows too: ``schedules.py``); all of them live in this package, so fencing is audited by reading this folder.
 """
 
 from ..execution import Execution, Identity, bind_write_fence
@@ -24,6 +24,7 @@ from .clock import ClockMixin
 from .fence import assert_write_fence
 from .outcomes import OutcomeMixin
 from .reads import ReadMixin
+from .schedules import ScheduleMixin
 from .submissions import SubmissionMixin
 from .workers import WorkerRowMixin
 
@@ -44,7 +45,13 @@ __all__ = [
 
 
 class DurableJobStore(
-    SubmissionMixin, ReadMixin, ClaimMixin, OutcomeMixin, WorkerRowMixin, ClockMixin
+    SubmissionMixin,
+    ReadMixin,
+    ClaimMixin,
+    OutcomeMixin,
+    WorkerRowMixin,
+    ScheduleMixin,
+    ClockMixin,
 ):
     """A client of the job table: one owner id, one scope, one clock.
 

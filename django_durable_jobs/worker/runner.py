@@ -4,7 +4,8 @@ The fetch loop (``run``) claims into a prefetch buffer, never more than the job 
 buffer have room for; job threads run what it holds (``_run_attempt``, with the rules of
 ``attempt.py``); the completer (``completer.py``) writes outcomes in batches; the heartbeat
 (``heartbeat.py``) renews every held lease at once (``holdings.py``); the watchdog
-(``watchdog.py``) enforces operations' timeouts; ``shutdown.py`` stops it all gracefully.
+(``watchdog.py``) enforces operations' timeouts; the scheduler (``scheduler.py``) enqueues the
+declared schedules' due ticks; ``shutdown.py`` stops it all gracefully.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .holdings import Holdings
 from .listener import NotifyListener
 from .options import check as check_options
 from .reports import AttemptEnd, AttemptReport, log
+from .scheduler import Scheduler, declared
 from .shutdown import ShutdownMixin
 from .startup import until_reachable, wait_for_database
 from .watchdog import TIMEOUT_GRACE, TimeoutMixin, Watchdog
@@ -65,6 +67,7 @@ class WorkerOptions:
     using: str | None = None
     actor: str | None = None
     status_every: float | None = None
+    schedules: bool = True  # run the scheduler (runjobs --no-schedules turns it off)
 
     def validate(self) -> None:
         """Raise ValueError naming the option that cannot work (bounds in ``options.py``)."""
@@ -133,6 +136,19 @@ class Worker(ShutdownMixin, TimeoutMixin):
         self.clock_check = ClockCheck(
             self.store, options.lease_seconds, on_resume=lambda: self.wake.set()
         )
+        # Declared schedules are checked here, before the database: a bad one refuses the start.
+        self.scheduler = (
+            Scheduler(
+                declared(),
+                owner_id=self.store.owner_id,
+                actor=actor,
+                using=self.using,
+                clock=clock,
+                stopping=self.stopping,
+            )
+            if options.schedules
+            else None
+        )
 
     wait_for_database = staticmethod(wait_for_database)  # for runjobs, before it builds one
 
@@ -167,12 +183,16 @@ class Worker(ShutdownMixin, TimeoutMixin):
             self._start_job_thread()
         actor = printable(self.store.actor, keep_newlines=False)
         logger.info("worker %s started (owner %s)", actor, self.store.owner_id)
+        self._start_scheduler()
         clean = False
         try:
             self._fetch_loop()
             clean = True
         finally:
             self.stopped.set()
+            if self.scheduler is not None:
+                self.scheduler.stop()
+                self.scheduler.join(timeout=self.options.lease_seconds)
             self.watchdog.stop()
             self.heartbeat.stop()
             for _ in range(self.options.concurrency):
@@ -190,6 +210,16 @@ class Worker(ShutdownMixin, TimeoutMixin):
                 )
             close_thread_connections()
         return 0
+
+    def _start_scheduler(self) -> None:
+        """Start the scheduler's passes; with ``burst``, run a single pass here instead."""
+        if self.scheduler is None:
+            return
+        if self.options.burst:  # its ticks are then drained with the rest
+            self.scheduler.run_once()
+            self.wake.set()
+        else:
+            self.scheduler.start()
 
     def _fetch_loop(self) -> None:
         delay = self.options.poll

@@ -135,3 +135,23 @@ def polite(ctx, payload):
         ctx.raise_if_cancelled()
         time.sleep(0.02)
     return {"finished": True}
+
+
+@operation("tests.tick")
+def tick(ctx, payload):
+    """Do nothing: a schedule's tick (tests/worker/test_scheduler.py counts the jobs)."""
+    return None
+
+
+@operation("tests.slow_tick")
+def slow_tick(ctx, payload):
+    """Run while the marker file ``payload["hold"]`` exists in ``payload["markers"]`` (30 s at most).
+
+    A schedule's tick whose job is still running: the overlap tests remove the file to end it.
+    """
+    _touch(payload, f"started-{ctx.job_id}")
+    hold = Path(payload["markers"], payload.get("hold", "hold"))
+    deadline = time.monotonic() + 30
+    while hold.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return None

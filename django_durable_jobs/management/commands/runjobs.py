@@ -17,6 +17,7 @@ from ...terminal import PrintableFormatter, printable
 from ...worker import Worker, WorkerOptions
 from ...worker.options import LEASE_SECONDS, PROCESSES, seconds, whole
 from ...worker.reports import summary_line
+from ...worker.scheduler import declared, refusal
 from ...worker.shutdown import PARENT_CANCEL, PARENT_STOP
 from ...worker.watchdog import TIMEOUT_GRACE
 
@@ -26,7 +27,9 @@ DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
 class Command(BaseCommand):
     help = (
         "Run durable jobs: claim in batches, renew every held lease each lease/3 seconds, stop "
-        "cleanly on SIGTERM/SIGINT (a second signal requests cancellation of running jobs)."
+        "cleanly on SIGTERM/SIGINT (a second signal requests cancellation of running jobs). "
+        "Also enqueues the due ticks of the declared schedules (DURABLE_JOBS['SCHEDULES'] and "
+        "@operation(schedule=...)) unless --no-schedules; a bad schedule refuses the start."
     )
 
     def get_check_kwargs(self, options) -> dict:
@@ -89,7 +92,18 @@ class Command(BaseCommand):
             help="seconds a job past its operation's timeout gets to stop after it was cancelled, "
             f"before it is failed and its thread abandoned, 0-86400 (default {TIMEOUT_GRACE:g})",
         )
-        parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="exit when nothing is claimable (after one scheduler pass)",
+        )
+        parser.add_argument(
+            "--no-schedules",
+            dest="schedules",
+            action="store_false",
+            help="do not run the scheduler: enqueue no schedule's ticks (every runjobs process "
+            "runs it by default; exactly once per tick however many do)",
+        )
         parser.add_argument(
             "--max-jobs", type=int, default=None, help="exit after N jobs, 1-1000000000"
         )
@@ -174,10 +188,16 @@ def _worker_options(options: dict) -> WorkerOptions:
             timeout_grace=options["timeout_grace"],
             using=options["database"],
             status_every=10.0 if options["verbosity"] >= 2 else None,
+            schedules=options["schedules"],
         )
         worker_options.validate()
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
+    if worker_options.schedules:
+        try:  # pure: settings and registry, before any child process or database connection
+            declared()
+        except JobError as exc:
+            raise CommandError(refusal(exc)) from exc
     return worker_options
 
 

@@ -1,4 +1,4 @@
-"""Job and attempt rows as plain data, named in the domain's words, for the REST API and the CLI.
+"""Job, attempt and schedule rows as plain data, in the domain's words, for the REST API and the CLI.
 
 One place decides what a job looks like outside the database: ``id`` for the primary key,
 ``epoch`` for the fencing epoch, ``ownership`` for the assessment made when the row was read.
@@ -9,11 +9,29 @@ here reads or writes the database.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from .models import Job, JobAttempt
+from .models import Job, JobAttempt, Schedule
 
-__all__ = ["attempt_data", "job_columns", "job_data"]
+__all__ = [
+    "SCHEDULE_ACTIVE",
+    "SCHEDULE_PAUSED",
+    "SCHEDULE_REMOVED",
+    "SCHEDULE_STATES",
+    "attempt_data",
+    "job_columns",
+    "job_data",
+    "schedule_data",
+    "schedule_every",
+    "schedule_state",
+    "schedule_timing",
+]
+
+# What a schedule's row says of it: it ticks, a person paused it, or no live worker declares it
+# any more ("removed from code"; its row and history are kept).
+SCHEDULE_ACTIVE, SCHEDULE_PAUSED, SCHEDULE_REMOVED = "active", "paused", "removed"
+SCHEDULE_STATES = (SCHEDULE_ACTIVE, SCHEDULE_PAUSED, SCHEDULE_REMOVED)
 
 
 def job_data(job: Job) -> dict[str, Any]:
@@ -68,4 +86,68 @@ def attempt_data(attempt: JobAttempt) -> dict[str, Any]:
         "error": attempt.error,
         "error_class": attempt.error_class,
         "traceback": attempt.traceback,
+    }
+
+
+def schedule_state(row: Schedule) -> str:
+    """Return ``removed`` when no live worker declares the schedule, else ``paused`` or
+    ``active``. A removed schedule enqueues nothing, paused or not."""
+    if row.removed_at is not None:
+        return SCHEDULE_REMOVED
+    return SCHEDULE_PAUSED if row.paused_at is not None else SCHEDULE_ACTIVE
+
+
+def schedule_every(seconds: int) -> str:
+    """Return an interval in its largest whole unit: ``every 30 s``, ``every 5 min``, ``every 2 h``."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"every {seconds // size} {unit}"
+    return f"every {seconds} s"
+
+
+def schedule_timing(row: Schedule) -> str:
+    """Return when the schedule ticks: ``cron 0 3 * * *`` or ``every 30 s``."""
+    if row.interval_seconds:
+        return schedule_every(row.interval_seconds)
+    return f"cron {row.cron}"
+
+
+def schedule_data(row: Schedule, now: datetime) -> dict[str, Any]:
+    """Return a schedule as operators see it: its definition, its state, its ticks, its last job.
+
+    ``next_tick`` is the first tick after ``now`` (None when the schedule is paused or removed:
+    it will not tick). ``last_job_status`` is ``row.last_job_status`` when the read annotated it
+    (``F("last_job__status")``), else the last job's own status.
+    """
+    from .schedules import next_tick  # pure tick arithmetic
+
+    state = schedule_state(row)
+    if hasattr(row, "last_job_status"):
+        last_status = row.last_job_status
+    else:
+        last_status = row.last_job.status if row.last_job_id is not None else None
+    return {
+        "name": row.name,
+        "operation": row.operation,
+        "cron": row.cron or None,
+        "every_seconds": row.interval_seconds,
+        "timezone": row.timezone,
+        "payload": row.payload,
+        "scope": row.scope,
+        "queue": row.queue,
+        "priority": row.priority,
+        "overlap": row.overlap,
+        "catch_up": row.catch_up,
+        "catch_up_limit": row.catch_up_limit,
+        "state": state,
+        "paused_at": row.paused_at,
+        "paused_by": row.paused_by or None,
+        "removed_at": row.removed_at,
+        "next_tick": next_tick(row, now) if state == SCHEDULE_ACTIVE else None,
+        "last_tick_at": row.last_tick_at,
+        "last_job_id": row.last_job_id,
+        "last_job_status": last_status,
+        "declared_at": row.declared_at,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
     }

@@ -1,12 +1,14 @@
-"""Admin pages of jobs, attempts and workers (read-only: rows are evidence), and API tokens.
+"""Admin pages of jobs, attempts and workers (read-only: rows are evidence), schedules and API
+tokens.
 
-Django's admin autodiscovery imports this package, which registers the four pages:
+Django's admin autodiscovery imports this package, which registers the five pages:
 
 - :mod:`.jobs`: the job list and job page (with :mod:`.filters`, :mod:`.format` and
   :mod:`.paginator`);
 - :mod:`.actions`: *Request cancellation* and *Request retry*, which call the store, the only
   writer, and word its typed answers;
 - :mod:`.attempts` and :mod:`.workers`: the attempt history and the ``runjobs`` processes;
+- :mod:`.schedules`: the recurring jobs declared in code, paused and resumed;
 - :mod:`.tokens`: the REST API's bearer tokens, created (shown once) and revoked.
 """
 
@@ -15,9 +17,16 @@ from __future__ import annotations
 from .actions import RequestActions
 from .attempts import JobAttemptAdmin, JobAttemptInline
 from .base import ReadOnlyAdmin
-from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
+from .filters import (
+    OperationFilter,
+    OwnershipFilter,
+    QueueFilter,
+    ScheduleFilter,
+    ScopeFilter,
+)
 from .jobs import JobAdmin, JobChangeList
 from .paginator import EstimatedCountPaginator
+from .schedules import ScheduleAdmin
 from .tokens import ApiTokenAdmin
 from .workers import WorkerProcessAdmin
 
@@ -33,6 +42,8 @@ __all__ = [
     "QueueFilter",
     "ReadOnlyAdmin",
     "RequestActions",
+    "ScheduleAdmin",
+    "ScheduleFilter",
     "ScopeFilter",
     "WorkerProcessAdmin",
 ]

@@ -1,12 +1,14 @@
-"""List filters of the job admin: ownership computed by the database, cheap value lists."""
+"""List filters of the job admin: ownership computed by the database, cheap value lists, and
+the jobs of a schedule."""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models.functions import Length
 
 from .. import registry
 from ..conf import jobs_settings
-from ..models import Job
+from ..models import Job, Schedule
 from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership
 
 STATUSES_OF = {
@@ -117,3 +119,38 @@ class AttemptOperationFilter(RecentValuesFilter):
     field = "operation"
     lookup = "job__operation"
     parameter_name = "job__operation"  # a class attribute: the admin allows lookups by it
+
+
+# ``schedule:<name>:`` then the tick in UTC, ``2026-12-01T03:00:00Z`` (always 20 characters).
+SCHEDULE_KEY_PREFIX = "schedule:"
+TICK_LENGTH = len("2026-12-01T03:00:00Z")
+
+
+class ScheduleFilter(admin.SimpleListFilter):
+    """The jobs a schedule enqueued: ``?schedule=<name>``, the schedule page's "jobs" link.
+
+    Its jobs are the ones whose idempotency key is ``schedule:<name>:<tick>``; the key's length is
+    checked too, so schedule ``a`` does not list the jobs of schedule ``a:b``.
+    """
+
+    title = "schedule"
+    parameter_name = "schedule"
+
+    def lookups(self, request, model_admin):
+        names = list(
+            Schedule.objects.using(jobs_settings.DATABASE)
+            .order_by("name")
+            .values_list("name", flat=True)[:RECENT_ROWS]
+        )
+        if self.value() is not None and self.value() not in names:
+            names.append(self.value())
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        name = self.value()
+        if name is None:
+            return queryset
+        prefix = f"{SCHEDULE_KEY_PREFIX}{name}:"
+        return queryset.alias(key_length=Length("idempotency_key")).filter(
+            idempotency_key__startswith=prefix, key_length=len(prefix) + TICK_LENGTH
+        )

@@ -24,7 +24,7 @@ from . import format as fmt
 from .actions import RequestActions
 from .attempts import JobAttemptInline
 from .base import LARGE_TEXT, ReadOnlyAdmin
-from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScopeFilter
+from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScheduleFilter, ScopeFilter
 from .paginator import EstimatedCountPaginator
 
 # The payload columns the raw view serves, as stored.
@@ -77,7 +77,14 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
         "claimed_by",
         "owner_worker",
     )
-    list_filter = ("status", OwnershipFilter, OperationFilter, ScopeFilter, QueueFilter)
+    list_filter = (
+        "status",
+        OwnershipFilter,
+        OperationFilter,
+        ScopeFilter,
+        QueueFilter,
+        ScheduleFilter,
+    )
     search_fields = ("id", "idempotency_key")  # see get_search_results: exact matches only
     search_help_text = "A job id (exact UUID) or an idempotency key (exact)."
     ordering = ("-created_at", "-id")

@@ -25,6 +25,7 @@ from .. import __version__
 from .errors import install_error_handlers, json_error_urls
 from .parser import JobsParser
 from .routes import router
+from .schedules import in_scope as _registers_the_schedule_endpoints  # noqa: F401
 
 __all__ = [
     "DurableJobsAPI",

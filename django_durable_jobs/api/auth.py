@@ -27,7 +27,11 @@ PERMISSIONS = {
     "add": "durable_jobs.add_job",
     "cancel": "durable_jobs.cancel_job",
     "retry": "durable_jobs.retry_job",
+    "view_schedule": "durable_jobs.view_schedule",
+    "change_schedule": "durable_jobs.change_schedule",
 }
+# What each permission allows, for the refusal's message.
+ALLOWS = {"view_schedule": "see schedules", "change_schedule": "pause or resume schedules"}
 
 
 class BearerToken(HttpBearer):
@@ -79,7 +83,8 @@ def require(request: HttpRequest, action: str) -> None:
     """Refuse with 403 unless the caller holds the Django permission for ``action``."""
     perm = PERMISSIONS[action]
     if not caller(request).has_perm(perm):
-        raise AuthorizationError(403, f"Permission {perm} is required to {action} jobs.")
+        allows = ALLOWS.get(action, f"{action} jobs")
+        raise AuthorizationError(403, f"Permission {perm} is required to {allows}.")
 
 
 def require_operation(request: HttpRequest, operation: str) -> None:

@@ -15,7 +15,8 @@ from ninja import Schema
 from pydantic import Field
 
 from .. import rows, vocabulary
-from ..models import Job, JobAttempt
+from ..conf import jobs_settings
+from ..models import Job, JobAttempt, Schedule
 from ..validation import loads_strict
 from ..values import RequestResult
 
@@ -23,6 +24,7 @@ from ..values import RequestResult
 Status = Literal[tuple(vocabulary.JobStatus.values)]
 Ownership = Literal[tuple(vocabulary.Ownership.values)]
 Outcome = Literal[tuple(vocabulary.AttemptOutcomeChoice.values)]
+ScheduleState = Literal[rows.SCHEDULE_STATES]
 
 
 class ErrorOut(Schema):
@@ -121,6 +123,45 @@ class ActionOut(Schema):
     job: JobSummaryOut
 
 
+class ScheduleOut(Schema):
+    name: str
+    operation: str
+    cron: str | None = Field(description="The cron expression, or null for an interval.")
+    every_seconds: int | None = Field(description="The interval in seconds, or null for cron.")
+    timezone: str = Field(description="The IANA time zone the cron expression is read in.")
+    payload: Any = Field(description="The input of each tick's job, parsed.")
+    scope: str
+    queue: str
+    priority: int
+    overlap: Literal["skip", "allow"] = Field(
+        description="skip: no new tick while the last tick's job is pending or running."
+    )
+    catch_up: Literal["latest", "all", "none"] = Field(
+        description="Which missed ticks run after downtime: the latest, all (up to "
+        "catch_up_limit), or none."
+    )
+    catch_up_limit: int
+    state: ScheduleState = Field(
+        description="active; paused (by a person); removed (no running worker declares it)."
+    )
+    paused_at: datetime | None
+    paused_by: str | None = Field(description="Who paused it (admin, CLI or API caller).")
+    removed_at: datetime | None
+    next_tick: datetime | None = Field(description="The next tick; null unless active.")
+    last_tick_at: datetime | None
+    last_job_id: UUID | None = Field(description="The job of the last tick enqueued.")
+    last_job_status: Status | None = Field(description="That job's status now.")
+    declared_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleActionOut(Schema):
+    changed: bool = Field(description="False when there was nothing to do (see message).")
+    message: str
+    schedule: ScheduleOut
+
+
 def _parsed(text: str | None) -> Any:
     """Return stored JSON parsed; None when missing, or changed outside the app into text this
     app does not accept (too deep, not JSON): ``diagnostic`` then says why."""
@@ -171,3 +212,13 @@ def attempt(row: JobAttempt) -> dict[str, Any]:
 def action(result: RequestResult, message: str) -> dict[str, Any]:
     """Return the body answering a cancellation or retry request (the job as it left it)."""
     return {"accepted": result.accepted, "message": message, "job": summary(result.job)}
+
+
+def schedule(row: Schedule, now) -> dict[str, Any]:
+    """Return the body of a schedule, its payload parsed and its scope resolved."""
+    data = rows.schedule_data(row, now)
+    return {
+        **data,
+        "payload": _parsed(data["payload"]),
+        "scope": data["scope"] or jobs_settings.DEFAULT_SCOPE,
+    }

@@ -30,6 +30,10 @@ EXPECTED = {
     ("/jobs/api/jobs/{job_id}/attempts", "get"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/jobs/{job_id}/cancel", "post"): {"200", "401", "403", "404", "409", "422"},
     ("/jobs/api/jobs/{job_id}/retry", "post"): {"200", "401", "403", "404", "409", "422"},
+    ("/jobs/api/schedules", "get"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/schedules/{name}", "get"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/schedules/{name}/pause", "post"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/schedules/{name}/resume", "post"): {"200", "401", "403", "404", "422"},
 }
 
 

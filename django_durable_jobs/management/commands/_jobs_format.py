@@ -1,4 +1,5 @@
-"""What ``manage.py jobs`` prints: list rows and tables, a job in detail, the report of requests.
+"""What ``manage.py jobs`` prints: list rows and tables, a job in detail, the report of requests,
+schedules.
 
 Pure functions over rows and answers already read; nothing here queries or writes the database.
 The rows' contents come from :mod:`django_durable_jobs.rows` (shared with the REST API); this
@@ -22,7 +23,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from ... import rows
 from ...humanize import relative as age
 from ...jsontext import JsonTooDeep, excerpt, pretty
-from ...models import Job, JobAttempt
+from ...models import Job, JobAttempt, Schedule
 from ...terminal import printable, printable_json
 from ...validation import loads_strict
 from ...values import RequestResult
@@ -229,6 +230,56 @@ def _report(raw: str, job: Job | None, outcome: str, ok: bool, message: str) -> 
         "status": job.status if job is not None else None,
         "message": message,
     }
+
+
+# -- schedules -------------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = (
+    ("name", "NAME"),
+    ("operation", "OPERATION"),
+    ("when", "CRON OR INTERVAL"),
+    ("timezone", "TIME ZONE"),
+    ("state", "STATE"),
+    ("next_tick", "NEXT TICK"),
+    ("last_tick_at", "LAST TICK"),
+    ("last_job_id", "LAST JOB"),
+    ("last_job_status", "OUTCOME"),
+)
+SCHEDULE_STATE_WORDS = {rows.SCHEDULE_REMOVED: "removed from code"}
+
+
+def schedule_row(row: Schedule, now: datetime) -> dict[str, Any]:
+    """Return the JSON-ready summary of one schedule (``rows.schedule_data``, times as text)."""
+    return _plain(rows.schedule_data(row, now))
+
+
+def schedule_table(data: Sequence[dict[str, Any]], now: datetime) -> str:
+    """Return ``data`` (from :func:`schedule_row`) as an aligned text table; times in UTC with
+    their distance from ``now``."""
+    table_rows = [[_schedule_cell(row, key, now) for key, _ in SCHEDULE_COLUMNS] for row in data]
+    return aligned([title for _, title in SCHEDULE_COLUMNS], table_rows)
+
+
+def _schedule_cell(row: dict[str, Any], key: str, now: datetime) -> Any:
+    if key == "when":
+        if row["every_seconds"]:
+            return rows.schedule_every(row["every_seconds"])
+        return f"cron {row['cron']}"
+    if key == "state":
+        return SCHEDULE_STATE_WORDS.get(row["state"], row["state"])
+    if key in ("next_tick", "last_tick_at") and row[key] is not None:
+        moment = datetime.fromisoformat(row[key])
+        return f"{moment.strftime('%Y-%m-%d %H:%M:%S')}Z ({age(moment, now)})"
+    return row[key]
+
+
+def pause_report(name: str, *, pause: bool, changed: bool) -> dict[str, Any]:
+    """Return what ``jobs schedules pause|resume NAME`` says of the store's answer."""
+    if pause:
+        message = f"Paused schedule {name}." if changed else f"Schedule {name} was already paused."
+    else:
+        message = f"Resumed schedule {name}." if changed else f"Schedule {name} was not paused."
+    return {"name": name, "paused": pause, "changed": changed, "message": message}
 
 
 # -- helpers ---------------------------------------------------------------------------------------

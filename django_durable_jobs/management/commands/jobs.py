@@ -1,4 +1,4 @@
-"""``manage.py jobs``: triage from a shell — list, show, cancel, retry (and API tokens).
+"""``manage.py jobs``: triage from a shell — list, show, cancel, retry (and schedules, API tokens).
 
 Reads use the job queryset's vocabulary; every write goes through :class:`DurableJobStore`
 (unscoped, actor ``cli:<login>``), whose typed answer (a ``RequestResult``) the report only words
@@ -15,13 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import F
 from django.utils import timezone
 
 from ... import validation
 from ...conf import jobs_settings
-from ...errors import InputInvalid, NotReclaimable
-from ...models import Job, JobAttempt
+from ...errors import InputInvalid, JobError, NotReclaimable
+from ...models import Job, JobAttempt, Schedule
 from ...store import DurableJobStore, RequestResult
+from ...store.schedules import ScheduleNotFound
 from ...terminal import printable
 from ...vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from . import _jobs_format as fmt
@@ -32,7 +34,10 @@ LIMIT_MAX = 10_000  # rows of one ``jobs list``; page with --status/--operation/
 
 
 class Command(BaseCommand):
-    help = "Triage durable jobs: list, show, cancel, retry. Add --json for machine output."
+    help = (
+        "Triage durable jobs: list, show, cancel, retry; list, pause and resume schedules. "
+        "Add --json for machine output."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
@@ -65,6 +70,18 @@ class Command(BaseCommand):
         for name, what in (("cancel", "cancellation"), ("retry", "a retry")):
             request = sub.add_parser(name, parents=[common], help=f"request {what} of jobs")
             request.add_argument("job_ids", metavar="ID", nargs="+", help="job ids (UUIDs)")
+
+        schedules = sub.add_parser(
+            "schedules",
+            parents=[common],
+            help="list the recurring jobs declared in code; pause or resume one",
+        )
+        actions = schedules.add_subparsers(dest="schedule_command", metavar="{pause,resume}")
+        for verb, what in (("pause", "stop enqueueing"), ("resume", "enqueue again")):
+            action = actions.add_parser(
+                verb, parents=[common], help=f"{verb} a schedule: {what} its ticks"
+            )
+            action.add_argument("schedule_name", metavar="NAME", help="the schedule's name")
 
         api_cli = _api_cli()
         if api_cli is not None:
@@ -136,6 +153,38 @@ class Command(BaseCommand):
         if self.stdout.isatty():
             text = printable(text)
         self.stdout.write(text, ending="")
+
+    def do_schedules(self, store: DurableJobStore, options: dict[str, Any]) -> None:
+        verb = options.get("schedule_command")
+        if verb in ("pause", "resume"):
+            self._pause(store, options["schedule_name"], pause=verb == "pause", options=options)
+            return
+        now = timezone.now()
+        found = Schedule.objects.using(store.using).annotate(last_job_status=F("last_job__status"))
+        data = [fmt.schedule_row(row, now) for row in found.order_by("name")]
+        if options["json"]:
+            self.stdout.write(fmt.dumps(data))
+        elif data:
+            self.stdout.write(fmt.schedule_table(data, now))
+        else:
+            self.stdout.write("No schedules: none is declared in code, or no worker started yet.")
+
+    def _pause(
+        self, store: DurableJobStore, name: str, *, pause: bool, options: dict[str, Any]
+    ) -> None:
+        """Pause or resume one schedule through the store; CommandError when it cannot."""
+        ask = store.pause_schedule if pause else store.resume_schedule
+        try:
+            changed = ask(name).changed
+        except ScheduleNotFound as exc:
+            raise CommandError(_line(exc.message)) from exc
+        except JobError as exc:
+            raise CommandError(_line(f"Schedule {name!r}: {exc.message}")) from exc
+        report = fmt.pause_report(name, pause=pause, changed=changed)
+        if options["json"]:
+            self.stdout.write(fmt.dumps(report))
+        else:
+            self.stdout.write(_line(report["message"]))
 
     def do_cancel(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         self._request(store, store.request_cancel_result, fmt.CANCEL_SAYS, options)

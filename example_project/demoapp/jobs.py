@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from django_durable_jobs import JobCancelled, operation
+from django_durable_jobs import JobCancelled, every, operation
 
 
 @operation("reports.rebuild", on_expired="resume")
@@ -37,3 +37,9 @@ def wait_for_cancel(ctx, payload):
 def flaky(ctx, payload):
     """Fail with a clear message (to show failed jobs, their attempts and retries)."""
     raise RuntimeError(payload.get("message", "the upstream service answered 503"))
+
+
+@operation("demo.clock", schedule=every(seconds=30))
+def clock(ctx, payload):
+    """A scheduled job: one every 30 seconds, however many workers run (see Schedules)."""
+    return {"attempt": ctx.attempt}

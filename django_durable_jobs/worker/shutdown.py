@@ -13,6 +13,7 @@ from ..errors import LeaseLost
 from .connections import reset_broken_connections
 from .held import HeldState
 from .reports import AttemptEnd, AttemptReport
+from .signals import relay_signals
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -27,9 +28,8 @@ class ShutdownMixin:
     def request_stop(self, *, cancel_running: bool = False) -> None:
         """Stop claiming; let running jobs finish within the grace period (or cancel them).
 
-        Only sets events, so it is safe in a signal handler (which runs in the main thread, maybe
-        while that thread holds the holdings' lock or is inside a transaction); the fetch loop does
-        the database work.
+        Only sets events (called from the signal relay thread, never inside a signal handler:
+        see ``signals.py``); the fetch loop does the database work.
         """
         if not self.stopping.is_set():
             self.stop_deadline = time.monotonic() + self.options.grace
@@ -126,18 +126,23 @@ class ShutdownMixin:
         (also cancel), counted apart from SIGTERM/SIGINT: a child that gets SIGTERM from a
         service manager that signals every process of the service (systemd's default
         ``KillMode=control-group``) and SIGUSR1 from its parent, in either order, stops once and
-        cancels nothing.
+        cancels nothing. The handlers only pass the signal to a relay thread (``signals.py``):
+        setting an event inside a handler could deadlock the main thread waiting on it.
         """
         stop_signals: list[int] = []
 
-        def handle(signum, frame) -> None:
+        def stop(signum: int) -> None:
             self.request_stop(cancel_running=bool(stop_signals))
             stop_signals.append(signum)
 
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
-        signal.signal(PARENT_STOP, lambda signum, frame: self.request_stop())
-        signal.signal(PARENT_CANCEL, lambda signum, frame: self.request_stop(cancel_running=True))
+        relay_signals(
+            {
+                signal.SIGTERM: stop,
+                signal.SIGINT: stop,
+                PARENT_STOP: lambda signum: self.request_stop(),
+                PARENT_CANCEL: lambda signum: self.request_stop(cancel_running=True),
+            }
+        )
 
     def _sign_off(self) -> None:
         try:

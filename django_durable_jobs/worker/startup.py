@@ -26,6 +26,7 @@ from django.db import DatabaseError, connections
 
 from ..conf import jobs_settings
 from ..dbvendor import misconfiguration
+from .signals import relay_signals
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -119,20 +120,18 @@ def wait_for_database(
 def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
     """Set ``stop`` on SIGTERM/SIGINT while inside (main thread only; elsewhere do nothing).
 
-    Also on SIGUSR1/SIGUSR2, which ``runjobs --processes`` sends its children instead.
+    Also on SIGUSR1/SIGUSR2, which ``runjobs --processes`` sends its children instead. The event
+    is set from a relay thread (``signals.py``): the main thread may be waiting on it.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
-    previous = {signum: signal.getsignal(signum) for signum in signals}
-    for signum in previous:
-        signal.signal(signum, lambda signum, frame: stop.set())
+    restore = relay_signals({signum: lambda signum: stop.set() for signum in signals})
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        restore()
 
 
 def _refusal(using: str, reason: str, exc: BaseException) -> str:

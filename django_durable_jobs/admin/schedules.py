@@ -31,7 +31,7 @@ from ..humanize import relative
 from ..models import Schedule
 from ..store import DurableJobStore
 from . import format as fmt
-from .base import OnJobsDatabase
+from .base import ReadOnlyAdmin
 from .filters import ScheduleFilter
 
 STATE_WORDS = {
@@ -57,7 +57,7 @@ def local_time(moment, now) -> str:
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(OnJobsDatabase, admin.ModelAdmin):
+class ScheduleAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "operation",
@@ -126,16 +126,8 @@ class ScheduleAdmin(OnJobsDatabase, admin.ModelAdmin):
 
     # -- permissions: definitions come from code --------------------------------------------------
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # The page is read-only for everybody: no form saves a definition. ``change_schedule``
-        # is the permission to pause and resume (has_pause_permission).
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    # Read-only for everybody (ReadOnlyAdmin): no form saves a definition. ``change_schedule``
+    # is the permission to pause and resume (has_pause_permission).
 
     def has_pause_permission(self, request) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.change_schedule")

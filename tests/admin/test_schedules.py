@@ -26,6 +26,7 @@ from django.utils import timezone
 from django_durable_jobs.models import Job, Schedule
 from django_durable_jobs.schedules import next_tick
 from django_durable_jobs.store import DurableJobStore
+from tests.admin.test_database_alias import OTHER, _second_alias, other_alias  # noqa: F401
 from tests.schedule_rows import everything, make_schedule, tick_job
 from tests.support import submission
 
@@ -268,37 +269,11 @@ def test_change_permission_pauses_and_resumes(client, django_user_model, rows):
 
 # -- the database -----------------------------------------------------------------------------------
 
-OTHER = "durable_jobs_other"
 SCHEDULE_TABLE = re.compile(r"durable_jobs_(schedule|job)\b")
 
 
-@pytest.fixture(scope="module")
-def second_alias(django_db_setup):
-    """Add the alias ``OTHER``: the test database again, through a connection of its own.
-
-    Module-scoped, so it exists before the test's database fixture checks its ``databases``.
-    """
-    connections.settings[OTHER] = {**connections.settings["default"]}
-    try:
-        yield
-    finally:
-        connections[OTHER].close()
-        try:
-            del connections[OTHER]
-        except AttributeError:
-            pass
-        del connections.settings[OTHER]
-
-
-@pytest.fixture
-def other_alias(second_alias):
-    """Make ``OTHER`` the alias of the app's tables."""
-    with override_settings(DURABLE_JOBS={"DATABASE": OTHER}):
-        yield connections[OTHER]
-
-
 @pytest.mark.django_db(transaction=True, databases=["default", OTHER])
-def test_every_schedule_query_goes_to_the_jobs_database(root, rows, other_alias):
+def test_every_schedule_query_goes_to_the_jobs_database(root, rows, other_alias):  # noqa: F811
     nightly = rows["nightly"]
     with (
         CaptureQueriesContext(connections["default"]) as on_default,

@@ -6,6 +6,7 @@ import logging
 import queue
 import signal
 import time
+from collections.abc import Callable
 
 from django.db import DatabaseError
 
@@ -119,7 +120,7 @@ class ShutdownMixin:
             entry.cancel_recorded = True
             entry.cancel.set()
 
-    def install_signal_handlers(self) -> None:
+    def install_signal_handlers(self) -> Callable[[], None]:
         """First SIGTERM/SIGINT: stop claiming. Second: also request cancellation of jobs.
 
         ``runjobs --processes`` passes its own signals on as SIGUSR1 (stop claiming) and SIGUSR2
@@ -128,6 +129,7 @@ class ShutdownMixin:
         ``KillMode=control-group``) and SIGUSR1 from its parent, in either order, stops once and
         cancels nothing. The handlers only pass the signal to a relay thread (``signals.py``):
         setting an event inside a handler could deadlock the main thread waiting on it.
+        Return a function that restores the previous handlers (and ends the relay thread).
         """
         stop_signals: list[int] = []
 
@@ -135,7 +137,7 @@ class ShutdownMixin:
             self.request_stop(cancel_running=bool(stop_signals))
             stop_signals.append(signum)
 
-        relay_signals(
+        return relay_signals(
             {
                 signal.SIGTERM: stop,
                 signal.SIGINT: stop,

@@ -124,7 +124,7 @@ class Command(BaseCommand):
             worker = Worker(worker_options, report=lambda line: self.stdout.write(printable(line)))
         except (ValueError, JobError) as exc:
             raise CommandError(getattr(exc, "message", str(exc))) from exc
-        worker.install_signal_handlers()
+        restore_signal_handlers = worker.install_signal_handlers()
         if options["verbosity"] >= 1:
             self.stdout.write(
                 f"runjobs: {printable(worker.store.actor, keep_newlines=False)} with "
@@ -132,7 +132,10 @@ class Command(BaseCommand):
                 f"SIGTERM/Ctrl-C stops claiming; a second one requests cancellation."
             )
         started = time.monotonic()
-        worker.run()
+        try:
+            worker.run()
+        finally:  # as before the command: it may run inside a process that goes on (call_command)
+            restore_signal_handlers()
         if options["burst"] and options["verbosity"] >= 1:
             elapsed = time.monotonic() - started
             line = summary_line(worker.ended_counts(), elapsed, abandoned=worker.abandoned)

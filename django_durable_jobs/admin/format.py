@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 
 from ..jsontext import DISPLAY_CAP_BYTES, JsonTooDeep, Shown, excerpt, pretty, utf8_len
 from ..validation import loads_strict
@@ -21,6 +22,7 @@ OWNERSHIP_COLOURS = {
     Ownership.LEGACY_UNKNOWN: "#8e44ad",
     Ownership.TERMINAL: "#6c757d",
 }
+NOT_JSON = mark_safe('<em class="durable-jobs-not-json">not valid JSON (see stored text)</em>')
 # The owner of a running job has no ``WorkerProcess`` row (a script claimed it, say).
 WORKER_UNKNOWN = "unknown"
 WORKER_COLOURS = {
@@ -103,9 +105,7 @@ def pretty_json(text: str | None, raw_url: str | None = None):
             '<em class="durable-jobs-not-json">{} (see stored text)</em>', exc.nesting
         )
     except (TypeError, ValueError):
-        return format_html(
-            '<em class="durable-jobs-not-json">not valid JSON (see stored text)</em>'
-        )
+        return NOT_JSON
     shown = pretty(text, DISPLAY_CAP_BYTES, measure=_html_bytes)
     return format_html(
         '<pre class="durable-jobs-json">{}</pre>{}', shown.text, _truncated(shown, raw_url)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import math
 import re
+import unicodedata
 import uuid
 import warnings
 from datetime import UTC, datetime
@@ -64,7 +67,8 @@ def encodable(text: str, what: str) -> str:
     except UnicodeEncodeError as exc:
         raise InputInvalid(
             f"The {what} holds a lone surrogate at position {exc.start}, which UTF-8 cannot "
-            f"encode; send well-formed Unicode."
+            f"encode; send well-formed Unicode (text, not raw bytes: decode bytes such as "
+            f"os.listdir() names with errors='replace', or base64-encode them)."
         ) from None
     return text
 
@@ -96,13 +100,37 @@ def json_text(value: Any, what: str) -> str:
         raise InputInvalid(f"The {what} must be JSON text (a str); got {type(value).__name__}.")
     encodable(value, what)
     try:
-        loads_strict(value)
+        parsed = loads_strict(value)
     except JsonTooDeep as exc:
         raise too_deep(exc, what) from None
     except ValueError as exc:
         raise InputInvalid(f"The {what} is not valid JSON: {exc}.") from exc
     check_size(value, what)
+    if _SURROGATE_ESCAPE.search(value):  # rare: only then is the parsed value looked at again
+        _no_escaped_surrogate(parsed, what)
     return value
+
+
+# A \uD800-\uDFFF escape: half of a pair, or a lone surrogate written as an escape.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _no_escaped_surrogate(parsed: Any, what: str) -> None:
+    """Refuse JSON whose escapes decode to a lone surrogate (``"\\ud800"``).
+
+    The text itself is ASCII and storable, but what it means is not Unicode: the same value
+    given as a Python object (a payload, a result) is refused, so the text is too. An escaped
+    pair (``"\\ud83d\\ude00"``, one emoji) is well-formed and passes.
+    """
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        escape = f"\\u{ord(exc.object[exc.start]):04x}"
+        raise InputInvalid(
+            f"The {what} holds the escape {escape}, a lone surrogate that is not a Unicode "
+            f"character; send well-formed Unicode (an escaped pair for a character beyond "
+            f"U+FFFF, and text, not raw bytes: base64-encode bytes such as file names)."
+        ) from None
 
 
 def too_deep(exc: JsonTooDeep, what: str) -> InputInvalid:

@@ -27,11 +27,12 @@ from ..values import Claimed, Lease, Outcome, Recorded
 from ..vocabulary import AttemptOutcomeChoice, JobStatus, is_authentic_pending, proposal_defect
 from .base import StoreBase, _attempt_of, _loss_of
 from .batch_sql import DECREMENT, ClaimStatement, JobRows, insert_attempts
-from .outcomes import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS
+from .outcomes import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS, refused_result, storable_message
 
 RELEASED = AttemptOutcomeChoice.RELEASED
 RELEASED_ERROR = "Released unstarted by a stopping worker; no code of this attempt ran."
 UNREQUESTED_CANCEL = "The executor raised JobCancelled without a request."
+NO_MESSAGE = "The attempt failed without a message saying why."
 
 
 # What a pending row looks like before any claim (the epoch stays where the claim put it).
@@ -158,11 +159,17 @@ class BatchMixin(StoreBase):
         ``complete`` stores the result and progress 100; ``failed`` schedules an automatic retry
         when the operation's policy allows; ``cancelled`` without a recorded request is a
         failure, as with one attempt at a time.
+
+        An outcome that cannot be stored as given (a result that is not storable JSON text, a
+        failure message with a lone surrogate, a traceback too long) ends its own attempt as
+        ``failed``, with a message saying why, and costs no other outcome of the call. Only a
+        value that is not an outcome at all refuses the whole call (``InputInvalid``).
         """
-        outcomes = list(outcomes)
-        for outcome in outcomes:
-            _check_outcome(outcome)
+        given = list(outcomes)
+        for outcome in given:
+            _check_kind(outcome)
             self._lease_of(outcome.lease)
+        outcomes = [_storable(outcome) for outcome in given]
         if not outcomes:
             return []
         recorded: list[Recorded] = []
@@ -173,10 +180,10 @@ class BatchMixin(StoreBase):
             )
             ended: list[tuple[Outcome, Job]] = []
             each: dict[str, dict[Any, Any]] = {"status": {}, "result": {}, "error": {}}
-            for outcome in outcomes:
+            for asked, outcome in zip(given, outcomes, strict=True):
                 row = rows.get(outcome.lease.job_id)
                 if not self._fence_holds(outcome.lease, row, now):
-                    recorded.append(Recorded(outcome, None, _loss_of(outcome.lease, row)))
+                    recorded.append(Recorded(asked, None, _loss_of(outcome.lease, row)))
                     continue
                 _end(outcome, row, now)
                 each["status"][row.pk] = row.status
@@ -185,7 +192,7 @@ class BatchMixin(StoreBase):
                 elif row.status == JobStatus.FAILED:
                     each["error"][row.pk] = row.error
                 ended.append((outcome, row))
-                recorded.append(Recorded(outcome, row.status, error=row.error))
+                recorded.append(Recorded(asked, row.status, error=row.error))
             complete = {pk for pk, status in each["status"].items() if status == JobStatus.COMPLETE}
             each["progress"] = dict.fromkeys(complete, 100.0)
             matched = JobRows(self.using, self.scope).update_fenced(
@@ -278,7 +285,8 @@ class BatchMixin(StoreBase):
         )
 
 
-def _check_outcome(outcome: Any) -> None:
+def _check_kind(outcome: Any) -> None:
+    """Refuse anything but an outcome built by one of ``Outcome``'s constructors."""
     if not isinstance(outcome, Outcome) or outcome.status not in (
         JobStatus.COMPLETE,
         JobStatus.FAILED,
@@ -288,14 +296,47 @@ def _check_outcome(outcome: Any) -> None:
             "record_outcomes() takes Outcome.completed(...), Outcome.failed(...) or "
             "Outcome.cancelled(...) values."
         )
+
+
+def _storable(outcome: Outcome) -> Outcome:
+    """Return ``outcome``, or, when it cannot be stored as given, the failure that says why.
+
+    The failure keeps what can be kept: an exception's class path and traceback when they are
+    storable, the message made storable (``storable_message``).
+    """
     if outcome.status == JobStatus.COMPLETE:
-        validation.json_text(outcome.result_json, "result")
-    if outcome.status == JobStatus.FAILED:
-        if not isinstance(outcome.error, str) or not outcome.error.strip():
-            raise InputInvalid("A failure needs a message saying what went wrong.")
-        validation.encodable(outcome.error, "error message")
-        validation.check_size(outcome.error, "error message")
+        try:
+            validation.json_text(outcome.result_json, "result")
+        except InputInvalid as exc:
+            return Outcome.failed(outcome.lease, refused_result(exc))
+        return outcome
+    if outcome.status != JobStatus.FAILED:
+        return outcome
+    error = outcome.error
+    if not isinstance(error, str) or not error.strip():
+        error = NO_MESSAGE
+    elif not _storable_text(error):
+        error = storable_message(error)  # lone surrogates and NUL replaced, cut to length
+    try:
         _check_failure_details(outcome)
+    except InputInvalid:
+        return Outcome.failed(outcome.lease, error)
+    if error == outcome.error:
+        return outcome
+    return Outcome.failed(
+        outcome.lease, error, error_class=outcome.error_class, traceback=outcome.traceback
+    )
+
+
+def _storable_text(text: str) -> bool:
+    """Return True when every database stores ``text`` as given, within the payload cap."""
+    if "\x00" in text:  # PostgreSQL's text columns hold no NUL
+        return False
+    try:
+        validation.check_size(validation.encodable(text, "error message"), "error message")
+    except InputInvalid:
+        return False
+    return True
 
 
 def _check_failure_details(outcome: Outcome) -> None:

@@ -31,6 +31,8 @@ from .quotas import QuotaMixin
 # A history row keeps at most this much of a failure's traceback, and of its class path.
 TRACEBACK_MAX_CHARS = 32_000
 ERROR_CLASS_MAX = 255
+# A failure message made storable (``storable_message``) keeps at most this many characters.
+ERROR_MAX_CHARS = 10_000
 _CUT = "\n… {} characters cut …\n"
 
 
@@ -304,15 +306,37 @@ class OutcomeMixin(QuotaMixin):
 
 
 def result_text(result: Any) -> str:
-    """Return ``result`` as JSON text to store, or refuse it (``InputInvalid``)."""
+    """Return ``result`` as JSON text to store, or refuse it (``InputInvalid``).
+
+    The text then passes the rule every stored JSON text passes (``validation.json_text``):
+    what a job returns is refused here, before it reaches a batch, for the same reasons a
+    proposal or a checkpoint is.
+    """
     if hasattr(result, "__await__") or hasattr(result, "cr_code"):
         validation.json_text(result, "result")  # refuses (and closes) a coroutine
     try:
         text = canonical_json(result)
     except (TypeError, ValueError) as exc:
         raise InputInvalid(f"The result cannot be stored as JSON: {exc}.") from exc
-    validation.check_size(text, "result")
-    return text
+    return validation.json_text(text, "result")
+
+
+def refused_result(exc: InputInvalid) -> str:
+    """Return the failure message of an attempt whose result could not be stored."""
+    return f"The executor's result was refused: {exc.message}"
+
+
+def storable_message(error: Any) -> str:
+    """Return ``error`` as a failure message the store always accepts.
+
+    Bounded in length, with characters that have no UTF-8 form (lone surrogates) or that
+    PostgreSQL cannot store (NUL) replaced: outcomes are written in batches, where a message
+    that could not be stored would have to fail its attempt with another one.
+    """
+    text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd").strip()
+    text = text or "The executor failed without a message."
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
 
 
 def failure_details(error: Any) -> dict[str, Any]:

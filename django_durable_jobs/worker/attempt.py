@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import registry
 from ..errors import InputInvalid, JobCancelled
-from ..store.outcomes import failure_details, result_text
+from ..store.outcomes import failure_details, refused_result, result_text, storable_message
 from ..values import Claimed, Lease, Outcome
 from .connections import persist
 from .context import JobContext
@@ -30,7 +30,6 @@ from .reports import AttemptEnd, AttemptReport, log, report_recorded
 if TYPE_CHECKING:
     from ..store import DurableJobStore
 
-ERROR_MAX_CHARS = 10_000
 # The app's own source files: leading frames in them are cut from a job's traceback.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 
@@ -127,23 +126,15 @@ def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:
         try:
             return Outcome.completed(lease, result_text(value))
         except InputInvalid as exc:  # the return value cannot be stored: the job failed
-            return Outcome.failed(lease, f"The executor's result was refused: {exc.message}")
+            return Outcome.failed(lease, refused_result(exc))
     if how is ExecutorExit.STOPPED:
         return Outcome.cancelled(lease)
     return Outcome.failed(lease, message_of(value), **failure_details(value))
 
 
 def message_of(error: Any) -> str:
-    """Return ``error`` as a failure message the store always accepts.
-
-    Bounded in length, and with characters that have no UTF-8 form (lone surrogates) or that
-    PostgreSQL cannot store (NUL) replaced:
-    the worker writes outcomes in batches, where one refused message would refuse them all.
-    """
-    text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd").strip()
-    text = text or "The executor failed without a message."
-    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
+    """Return ``error`` as a failure message the store always accepts (``storable_message``)."""
+    return storable_message(error)
 
 
 def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from ..errors import JobError
 from ..terminal import printable
 from ..values import Outcome, Recorded
 from .connections import close_thread_connections, persist
@@ -88,13 +87,39 @@ class Completer(threading.Thread):
             close_thread_connections()
 
     def flush(self, batch: list[Finished]) -> None:
-        """Write ``batch`` in one transaction and report each attempt."""
+        """Write ``batch`` in one transaction and report each attempt.
+
+        The store ends an attempt whose outcome cannot be stored as a failure of its own, so a
+        flush is refused only by a fault nobody foresaw: then each outcome is written alone,
+        and the fault costs only the outcome that causes it. A database that stays unavailable
+        costs the whole flush: the leases will expire and the jobs stay evidence.
+        """
         outcomes = [item.outcome for item in batch]
         try:
             recorded = persist(lambda: self.store.record_outcomes(outcomes), self.retry_until)
-        except (DatabaseError, JobError) as exc:  # the leases will expire; the jobs stay evidence
-            reason = printable(exc, keep_newlines=False)
-            logger.error("%d outcome(s) could not be recorded: %s", len(batch), reason)
-            recorded = [Recorded(item.outcome, None, exc) for item in batch]
+        except DatabaseError as exc:
+            self._unrecorded(batch, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a completer that died would strand every job
+            if len(batch) > 1:
+                reason = printable(exc, keep_newlines=False)
+                logger.error(
+                    "a flush of %d outcomes was refused (%s); writing each alone",
+                    len(batch),
+                    reason,
+                )
+                for item in batch:
+                    self.flush([item])
+            else:
+                self._unrecorded(batch, exc)
+            return
         for item, result in zip(batch, recorded, strict=True):
+            self.on_recorded(item.held, report_recorded(item.held.claim, result, item.duration))
+
+    def _unrecorded(self, batch: list[Finished], exc: Exception) -> None:
+        """Report every outcome of ``batch`` as not recorded because of ``exc``."""
+        reason = printable(exc, keep_newlines=False)
+        logger.error("%d outcome(s) could not be recorded: %s", len(batch), reason)
+        for item in batch:
+            result = Recorded(item.outcome, None, exc)
             self.on_recorded(item.held, report_recorded(item.held.claim, result, item.duration))

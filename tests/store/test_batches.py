@@ -205,16 +205,14 @@ def test_a_flush_is_a_handful_of_statements_however_many_rows(store):
     assert Job.objects.filter(status="complete").count() == 30
 
 
-def test_a_malformed_outcome_refuses_the_whole_flush(store):
+def test_a_value_that_is_no_outcome_refuses_the_whole_flush(store):
+    # Unstorable outcomes end their own attempts (tests/store/test_unstorable_outcomes.py);
+    # a value no constructor of Outcome builds has no attempt to end.
     backlog(store, 2)
     first, second = store.claim_batch(limit=2, resume_expired=[])
     for bad in (
-        [Outcome.completed(first.lease, "{not json"), Outcome.completed(second.lease, "1")],
-        [Outcome(first.lease, "running")],
-        [Outcome.failed(first.lease, "   ")],
-        [Outcome.failed(first.lease, "x" * 1_048_577)],
-        [Outcome.failed(first.lease, "lone \udc80 surrogate")],
-        ["complete"],
+        [Outcome.completed(second.lease, "1"), Outcome(first.lease, "running")],
+        [Outcome.completed(second.lease, "1"), "complete"],
     ):
         assert_refused(InputInvalid, "E_JOB_INPUT_INVALID", lambda b=bad: store.record_outcomes(b))
 

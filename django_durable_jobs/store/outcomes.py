@@ -14,6 +14,7 @@ from ..dbvendor import notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable, ScopeMismatch
 from ..execution import Execution, WriteFence
 from ..models import Job
+from ..terminal import printable
 from ..transactions import bounded_atomic
 from ..values import AttemptOutcome, Finalization, Lease, RequestResult, canonical_json
 from ..vocabulary import (
@@ -358,15 +359,40 @@ def traceback_text(error: BaseException) -> str:
 
     A longer one keeps its first and last lines with a marker saying how much was cut between:
     the last frames, where it was raised, matter most. Characters no database column holds (NUL,
-    lone surrogates) are replaced.
+    lone surrogates) are replaced. A newline in an exception's message or note (job code's
+    words) is written ``\\n``: every line of the traceback is the traceback's own, so one
+    logged cannot end in a line the message forged.
     """
-    text = "".join(traceback.format_exception(error))
+    text = "".join(_one_line_words(error).format())
     text = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
     if len(text) <= TRACEBACK_MAX_CHARS:
         return text
     head = TRACEBACK_MAX_CHARS // 4
     tail = TRACEBACK_MAX_CHARS - head - len(_CUT.format(len(text)))  # the widest marker
     return text[:head] + _CUT.format(len(text) - head - tail) + text[-tail:]
+
+
+def _one_line_words(error: BaseException) -> traceback.TracebackException:
+    """Return the traceback of ``error`` with every message and note of its chain on one line.
+
+    Walked without recursion, each exception once. A version of Python whose traceback keeps
+    its words elsewhere prints them unchanged.
+    """
+    top = traceback.TracebackException.from_exception(error)
+    seen: set[int] = set()
+    pending = [top]
+    while pending:
+        shown = pending.pop()
+        if shown is None or id(shown) in seen:
+            continue
+        seen.add(id(shown))
+        if isinstance(getattr(shown, "_str", None), str):
+            shown._str = printable(shown._str, keep_newlines=False)
+        notes = getattr(shown, "__notes__", None)
+        if isinstance(notes, list | tuple):
+            shown.__notes__ = [printable(n, keep_newlines=False) for n in notes]
+        pending += [shown.__cause__, shown.__context__, *(shown.exceptions or ())]
+    return top
 
 
 def _error_text(error: Any) -> str:

@@ -42,6 +42,8 @@ __all__ = [
     "QUOTA_KEYS",
     "Quota",
     "Rate",
+    "Taken",
+    "give_back",
     "pending_estimates",
     "quota_for",
     "running_limits_configured",
@@ -190,10 +192,32 @@ def settings_problems() -> list[str]:
 # -- submission rates ------------------------------------------------------------------------------
 
 
-def take_submissions(kind: str, key: str, rate: Rate, count: int, now: datetime) -> None:
+@dataclass(frozen=True)
+class Taken:
+    """Submissions counted in one rate window, which a call refused later gives back."""
+
+    cache_key: str
+    count: int
+
+    def give_back(self) -> None:
+        """Uncount these submissions: the call that took them wrote nothing."""
+        try:
+            caches[jobs_settings.RATE_LIMIT_CACHE].decr(self.cache_key, self.count)
+        except ValueError:  # the window ended meanwhile: nothing left to give back
+            pass
+
+
+def give_back(taken: list[Taken]) -> None:
+    """Give back every count in ``taken`` (a call refused after its rates were counted)."""
+    for each in taken:
+        each.give_back()
+
+
+def take_submissions(kind: str, key: str, rate: Rate, count: int, now: datetime) -> Taken:
     """Count ``count`` submissions against ``rate`` in the window holding ``now``, or refuse.
 
-    A refused call gives its count back, so refusals do not use up the window. Raises
+    A refused call gives its count back, so refusals do not use up the window; a call refused
+    later, after its count was taken, gives it back with the returned :class:`Taken`. Raises
     ``CapacityReached`` with ``retry_after`` (seconds to the next window), or ``InputInvalid``
     when one call alone is larger than a whole window allows.
     """
@@ -215,7 +239,7 @@ def take_submissions(kind: str, key: str, rate: Rate, count: int, now: datetime)
         cache.add(cache_key, count, timeout=timeout)
         used = count
     if used <= rate.count:
-        return
+        return Taken(cache_key, count)
     try:
         cache.decr(cache_key, count)
     except ValueError:
@@ -228,11 +252,13 @@ def take_submissions(kind: str, key: str, rate: Rate, count: int, now: datetime)
     )
 
 
-def take_token_submission(prefix: str, scope: str, now: datetime) -> None:
-    """Count one submission of the REST API token ``prefix`` against its scope's token rate."""
+def take_token_submission(prefix: str, scope: str, now: datetime) -> list[Taken]:
+    """Count one submission of the REST API token ``prefix`` against its scope's token rate.
+
+    Returns what was counted, for ``give_back`` when the submission is refused after all.
+    """
     rate = quota_for(scope).token_submit_rate
-    if rate is not None:
-        take_submissions("token", prefix, rate, 1, now)
+    return [] if rate is None else [take_submissions("token", prefix, rate, 1, now)]
 
 
 # -- pending counts ----------------------------------------------------------------------------------

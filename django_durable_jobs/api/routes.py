@@ -97,17 +97,22 @@ def submit_job(request: HttpRequest, body: schemas.SubmitIn):
     text = _proposal_text(body)
     key = body.idempotency_key
     token = getattr(request, "durable_jobs_token", None)
+    taken = []
     if token is not None:  # the token's own rate, within its scope's
-        quotas.take_token_submission(token.prefix, store.scope, store.clock())
+        taken = quotas.take_token_submission(token.prefix, store.scope, store.clock())
     new_id = uuid.uuid4()
-    job = store.defer(
-        operation,
-        Submission(scope=store.scope, idempotency_key=key, proposal=text),
-        job_id=new_id,
-        queue=body.queue,
-        priority=body.priority,
-        run_after=body.run_after,
-    )
+    try:
+        job = store.defer(
+            operation,
+            Submission(scope=store.scope, idempotency_key=key, proposal=text),
+            job_id=new_id,
+            queue=body.queue,
+            priority=body.priority,
+            run_after=body.run_after,
+        )
+    except BaseException:  # a refused submission does not use up the token's window
+        quotas.give_back(taken)
+        raise
     return Status(201 if job.pk == new_id else 200, schemas.detail(job))
 
 

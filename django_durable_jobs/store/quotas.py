@@ -29,11 +29,13 @@ class QuotaMixin(StoreBase):
 
     def _admit(
         self, scope: str, adding: int, priority: int, now: datetime, *, pending: bool = True
-    ) -> None:
+    ) -> list[quotas.Taken]:
         """Refuse ``adding`` new jobs of ``scope`` at ``priority`` that its quotas do not allow.
 
         The priority ceiling and a batch larger than a whole window are ``InputInvalid``; a full
         pending cap or a used-up rate window is ``CapacityReached``. Nothing is written either way.
+        Returns the rate counts taken: a caller refused later gives them back
+        (``quotas.give_back``), so only submissions that were answered use up a window.
         """
         quota = quotas.quota_for(scope)
         if priority > quota.max_priority:
@@ -44,8 +46,9 @@ class QuotaMixin(StoreBase):
             )
         if pending and quota.max_pending is not None:
             self._require_pending_room(scope, adding, quota.max_pending)
-        if quota.submit_rate is not None:
-            quotas.take_submissions("scope", scope, quota.submit_rate, adding, now)
+        if quota.submit_rate is None:
+            return []
+        return [quotas.take_submissions("scope", scope, quota.submit_rate, adding, now)]
 
     def _require_pending_room(self, scope: str, adding: int, cap: int) -> None:
         if adding > cap:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .. import validation
+from .. import quotas, validation
 from ..errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
 from ..execution import Execution
 from ..models import Job
@@ -129,32 +129,37 @@ class SubmissionMixin(QuotaMixin):
         op = validation.operation(operation)
         scope, row = self._row(submission, job_id)
         cap = self._capacity(op, max_running)
-        with bounded_atomic(self.using):
-            now = self._now()
-            if self._existing(op, scope, row.key, row.proposal) is not None:
-                return None
-            self._require_capacity(op, cap)
-            self._require_scope_capacity(scope)
-            self._admit(scope, 1, 0, now, pending=False)
-            expires = now + timedelta(seconds=self.lease_seconds)
-            fields = {
-                "operation": op,
-                "scope": scope,
-                "status": JobStatus.RUNNING.value,
-                "created_at": now,
-                "run_after": now,
-                "owner_id": self.owner_id,
-                "fencing_epoch": 1,
-                "attempts": 1,
-                "lease_expires_at": expires,
-                "heartbeat_at": now,
-                "claimed_at": now,
-                "claimed_by": self.actor or "",
-            }
-            ((held, _),) = enqueue(self.using, fields, [row])
-            job = self._held(op, scope, row, held)
-            if job.pk != row.pk or job.owner_id != self.owner_id:
-                return None  # an identical submission committed first
+        taken: list[quotas.Taken] = []
+        try:
+            with bounded_atomic(self.using):
+                now = self._now()
+                if self._existing(op, scope, row.key, row.proposal) is not None:
+                    return None
+                self._require_capacity(op, cap)
+                self._require_scope_capacity(scope)
+                taken = self._admit(scope, 1, 0, now, pending=False)
+                expires = now + timedelta(seconds=self.lease_seconds)
+                fields = {
+                    "operation": op,
+                    "scope": scope,
+                    "status": JobStatus.RUNNING.value,
+                    "created_at": now,
+                    "run_after": now,
+                    "owner_id": self.owner_id,
+                    "fencing_epoch": 1,
+                    "attempts": 1,
+                    "lease_expires_at": expires,
+                    "heartbeat_at": now,
+                    "claimed_at": now,
+                    "claimed_by": self.actor or "",
+                }
+                ((held, _),) = enqueue(self.using, fields, [row])
+                job = self._held(op, scope, row, held)
+                if job.pk != row.pk or job.owner_id != self.owner_id:
+                    return None  # an identical submission committed first
+        except BaseException:  # refused or failed: the call used no rate window
+            quotas.give_back(taken)
+            raise
         return Lease(job_id=row.pk, owner_id=self.owner_id, epoch=1, expires_at=expires)
 
     def find_submission(self, operation: str, submission: Submission) -> Job | None:
@@ -195,7 +200,7 @@ class SubmissionMixin(QuotaMixin):
         else:
             refuse_caller_transaction(self.using)
         try:
-            self._admit(scope, 1, priority, self._now())
+            taken = self._admit(scope, 1, priority, self._now())
         except CapacityReached:
             # A repeat of an earlier submission adds nothing: it is answered, not refused.
             earlier = None
@@ -211,16 +216,20 @@ class SubmissionMixin(QuotaMixin):
             ((held, built),) = enqueue(self.using, fields, [row], notify=queue)
             return self._owned(self._held(op, scope, row, held), built, now)
 
-        if in_caller_transaction:
-            if execution is not None:
-                check_execution(execution)
-            return write()
-        if execution is not None:
-            with bounded_atomic(self.using, execution):
+        try:
+            if in_caller_transaction:
+                if execution is not None:
+                    check_execution(execution)
                 return write()
-        # The insert commits on its own and the read of a taken key changes nothing, so there
-        # is no transaction to open: it would only add BEGIN and COMMIT round trips.
-        return write()
+            if execution is not None:
+                with bounded_atomic(self.using, execution):
+                    return write()
+            # The insert commits on its own and the read of a taken key changes nothing, so
+            # there is no transaction to open: it would only add BEGIN and COMMIT round trips.
+            return write()
+        except BaseException:  # refused or failed: the call used no rate window
+            quotas.give_back(taken)
+            raise
 
     def defer_many(
         self,
@@ -251,8 +260,25 @@ class SubmissionMixin(QuotaMixin):
         if not in_caller_transaction:
             refuse_caller_transaction(self.using)  # before the quotas' counts: no SQL at all
         now = self._now()
-        for scope, group in _by_scope(rows).items():
-            self._admit(scope, len(group), priority, now)
+        taken: list[quotas.Taken] = []
+        try:
+            for scope, group in _by_scope(rows).items():
+                taken += self._admit(scope, len(group), priority, now)
+            return self._write_many(op, rows, queue, priority, run_after, in_caller_transaction)
+        except BaseException:  # refused or failed: the call used no rate window
+            quotas.give_back(taken)
+            raise
+
+    def _write_many(
+        self,
+        op: str,
+        rows: list[tuple[str, NewRow]],
+        queue: str,
+        priority: int,
+        run_after: datetime | None,
+        in_caller_transaction: bool,
+    ) -> list[Job]:
+        """Write ``defer_many``'s admitted rows; return their jobs in order."""
 
         def write() -> list[Job]:
             now = self._now()

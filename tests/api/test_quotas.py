@@ -58,6 +58,35 @@ def test_each_token_has_its_own_rate_within_the_scope(user):
         assert second.post("/jobs", {"operation": OP, "payload": {"n": 3}}).status_code == 201
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"operation": OP, "payload": {}, "queue": "bad\tqueue"},
+        {"operation": OP, "proposal": "{not json"},
+        {"operation": OP, "proposal": '"\\ud800"'},
+        {"operation": OP, "payload": {}, "idempotency_key": "taken"},  # 409: different input
+        {"operation": OP, "payload": {}, "priority": 6},  # over the ceiling
+    ],
+    ids=["queue", "not-json", "surrogate", "conflict", "priority"],
+)
+def test_refused_submissions_do_not_use_up_a_token_s_window(user, bad):
+    api = Api(create_token(user, "red", "limited").token)
+    with quotas(TOKEN_SUBMIT_RATE="5/m", SUBMIT_RATE="5/m", MAX_PRIORITY=5):
+        taken = {"operation": OP, "payload": {"first": True}, "idempotency_key": "taken"}
+        assert api.post("/jobs", taken).status_code == 201
+        before = db_state()
+        for _ in range(5):
+            response = api.post("/jobs", bad)
+            assert response.status_code in (409, 422), response.content
+        assert db_state() == before
+        for n in range(4):  # the window still holds the four submissions left
+            response = api.post("/jobs", {"operation": OP, "payload": {"n": n}})
+            assert response.status_code == 201, response.content
+        refused(
+            api.post("/jobs", {"operation": OP, "payload": {"n": 5}}), 429, CAPACITY, db_state()
+        )
+
+
 def test_a_priority_over_the_scope_s_ceiling_is_422(api):
     with quotas(MAX_PRIORITY=5):
         before = db_state()

@@ -11,7 +11,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.errors import CapacityReached, InputInvalid
+from django_durable_jobs.errors import CapacityReached, IdempotencyConflict, InputInvalid
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.quotas import Rate, quota_for
 from django_durable_jobs.store import DurableJobStore
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 CAPACITY = "E_JOB_CAPACITY_REACHED"
 INVALID = "E_JOB_INPUT_INVALID"
+CONFLICT = "E_JOB_IDEMPOTENCY_CONFLICT"
 
 
 def quotas(common=None, **scopes):
@@ -161,6 +162,30 @@ def test_refused_submissions_do_not_use_up_the_window(store, clock, op):
         with pytest.raises(CapacityReached):
             store.defer(op, submission({"n": 2}, scope="t1"))
     assert pending("t1") == 2
+
+
+def test_a_refusal_after_the_count_gives_the_window_back(store, clock, op):
+    # An idempotency conflict is found only once the rate was counted: it must not use it up,
+    # in defer, defer_many (one scope's refusal gives back another's count too) and insert.
+    with quotas(t1={"SUBMIT_RATE": "2/h"}, t2={"SUBMIT_RATE": "2/h"}):
+        store.defer(op, submission({"n": 0}, key="k", scope="t1"))
+        conflict = submission({"n": 1}, key="k", scope="t1")
+        for _ in range(3):
+            assert_refused(IdempotencyConflict, CONFLICT, lambda: store.defer(op, conflict))
+            assert_refused(
+                IdempotencyConflict,
+                CONFLICT,
+                lambda: store.defer_many(op, [submission({"m": 1}, scope="t2"), conflict]),
+            )
+            assert_refused(
+                IdempotencyConflict, CONFLICT, lambda: store.insert(op, submission=conflict)
+            )
+        store.defer(op, submission({"n": 2}, scope="t1"))  # the second of two
+        store.defer_many(op, [submission({"m": m}, scope="t2") for m in (1, 2)])
+        assert_refused(
+            CapacityReached, CAPACITY, lambda: store.defer(op, submission({"n": 3}, scope="t1"))
+        )
+    assert (pending("t1"), pending("t2")) == (2, 2)
 
 
 def test_inserts_count_against_the_rate_too(store, op):

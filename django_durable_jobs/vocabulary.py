@@ -190,6 +190,12 @@ def diagnose(row: JobRow) -> str | None:
 
     Never raises on what a row holds: a value nested too deeply is reported, not parsed.
     """
+    if row.status not in JobStatus.values:
+        return (
+            f"The stored status {row.status!r} is not one this app knows (it was written "
+            f"outside the app): the job is legacy-unknown and this app never claims or retries "
+            f"it; triage it by hand."
+        )
     if row.status == JobStatus.PENDING:
         defect = proposal_defect(row)
         if defect:

@@ -8,7 +8,7 @@ enums, spelled once in :mod:`django_durable_jobs.vocabulary`; the bodies' conten
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
@@ -25,6 +25,19 @@ Status = Literal[tuple(vocabulary.JobStatus.values)]
 Ownership = Literal[tuple(vocabulary.Ownership.values)]
 Outcome = Literal[tuple(vocabulary.AttemptOutcomeChoice.values)]
 ScheduleState = Literal[rows.SCHEDULE_STATES]
+# What a response says of a stored row: one of the vocabulary's words, or, on a row written
+# outside this app, whatever word it holds (the row is then legacy-unknown, with a diagnostic).
+StoredStatus = Annotated[
+    Status | str,
+    Field(
+        description="One of the statuses; a row written outside this app may hold another word "
+        "(its ownership is then legacy-unknown and its diagnostic says so)."
+    ),
+]
+StoredOutcome = Annotated[
+    Outcome | str,
+    Field(description="One of the outcomes; a row written outside this app may hold another."),
+]
 
 
 class ErrorOut(Schema):
@@ -70,7 +83,7 @@ class JobSummaryOut(Schema):
     id: UUID
     operation: str
     scope: str | None
-    status: Status
+    status: StoredStatus
     ownership: Ownership
     idempotency_key: str
     queue: str
@@ -105,7 +118,7 @@ class AttemptOut(Schema):
     claimed_by: str
     started_at: datetime | None
     ended_at: datetime
-    outcome: Outcome
+    outcome: StoredOutcome
     error: str | None
     error_class: str = Field(
         description="The class path of the exception that failed the attempt "
@@ -150,7 +163,7 @@ class ScheduleOut(Schema):
     next_tick: datetime | None = Field(description="The next tick; null unless active.")
     last_tick_at: datetime | None
     last_job_id: UUID | None = Field(description="The job of the last tick enqueued.")
-    last_job_status: Status | None = Field(description="That job's status now.")
+    last_job_status: Status | str | None = Field(description="That job's status now.")
     declared_at: datetime
     created_at: datetime
     updated_at: datetime

@@ -4,6 +4,9 @@ and they are read from the database the app's tables live in (``DURABLE_JOBS['DA
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
+from django.http import HttpResponseBadRequest
 
 from ..conf import jobs_settings
 
@@ -12,12 +15,47 @@ LARGE_TEXT = ("proposal", "checkpoint", "result", "error")
 
 
 class OnJobsDatabase:
-    """Rows read from ``DURABLE_JOBS['DATABASE']``, the alias the app's tables live in."""
+    """Rows read from ``DURABLE_JOBS['DATABASE']``, the alias the app's tables live in.
+
+    Input no page of the admin sends is refused before any query, the same way on every
+    database: a NUL byte anywhere in a list's query or form (PostgreSQL's driver refuses it in
+    a string, where SQLite and MariaDB would find nothing) is a 400, and so is a selected row
+    whose id is not an id; an object id holding one finds no object.
+    """
 
     def get_queryset(self, request):
         """Read from ``DURABLE_JOBS['DATABASE']``: the list, its filters, each page and inline,
         and the rows an action is given."""
         return super().get_queryset(request).using(jobs_settings.DATABASE)
+
+    def changelist_view(self, request, extra_context=None):
+        refusal = _refusal(request, self.model._meta.pk)
+        if refusal:
+            return HttpResponseBadRequest(refusal, content_type="text/plain; charset=utf-8")
+        return super().changelist_view(request, extra_context)
+
+    def get_object(self, request, object_id, from_field=None):
+        if "\x00" in str(object_id):
+            return None  # no row's key holds one: the admin says it does not exist
+        return super().get_object(request, object_id, from_field)
+
+
+def _refusal(request, pk) -> str | None:
+    """Return why a list refuses ``request`` (a NUL byte, a selected row that is no id), or None."""
+    sent = [("query", request.GET)]
+    if request.method == "POST":
+        sent.append(("form", request.POST))
+    for where, data in sent:
+        for key, values in data.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                return f"The {where} holds a NUL byte, which no field of this app holds."
+    if request.method == "POST":
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                pk.to_python(value)
+            except ValidationError:
+                return f"{value!r} is not the id of a row of this list; select rows on the list."
+    return None
 
 
 class ReadOnly(OnJobsDatabase):

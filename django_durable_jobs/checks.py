@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf, quotas, schedules
+from . import conf, quotas, schedules, validation
 from .conf import jobs_settings
 from .dbvendor import has_immediate_transactions
 
@@ -44,7 +44,8 @@ def check_settings(app_configs=None, **kwargs) -> list:
             )
         )
     scope = raw.get("DEFAULT_SCOPE", conf.DEFAULTS["DEFAULT_SCOPE"])
-    if not isinstance(scope, str) or not scope.strip():
+    named = [scope] if isinstance(scope, str) and scope.strip() else []
+    if not named:
         errors.append(
             Error(
                 "DURABLE_JOBS['DEFAULT_SCOPE'] must be a non-empty string.", id="durable_jobs.E004"
@@ -55,6 +56,14 @@ def check_settings(app_configs=None, **kwargs) -> list:
         errors.append(
             Error(
                 "DURABLE_JOBS['LEASE_SECONDS'] must be a positive number.", id="durable_jobs.E005"
+            )
+        )
+    for problem in validation.scope_problems([*named, *jobs_settings.SCOPE_QUOTAS]):
+        errors.append(
+            Error(
+                problem,
+                hint="Scope names are compared exactly: a look-alike is another tenant.",
+                id="durable_jobs.E015",
             )
         )
     for problem in quotas.settings_problems():

@@ -60,6 +60,120 @@ def name(value: Any, what: str, max_length: int = NAME_MAX) -> str:
     return value
 
 
+def scope(value: Any) -> str:
+    """Return a scope name, or refuse one that could be mistaken for another scope.
+
+    A scope is a tenant's identity: a name that differs from another only in what a reader
+    cannot see would silently be a new scope, with the default quotas. So besides :func:`name`'s
+    rules a scope has no surrounding whitespace, is in Unicode's NFKC form (no full-width or
+    compatibility characters), does not mix letters of scripts that look alike (Latin with
+    Cyrillic or Greek, say), and is not a look-alike of a configured scope
+    (``DURABLE_JOBS['DEFAULT_SCOPE']``, ``DURABLE_JOBS['SCOPE_QUOTAS']``): the same name but for
+    case or a letter of another script.
+    """
+    value = name(value, "scope")
+    configured = _configured_scopes()
+    if value in configured:
+        return value
+    if value != value.strip():
+        raise InputInvalid(
+            f"A scope may not begin or end with whitespace; got {value!r}. Use {value.strip()!r}."
+        )
+    normal = unicodedata.normalize("NFKC", value)
+    if normal != value:
+        raise InputInvalid(
+            f"Scope {value!r} holds compatibility characters (full-width letters, ligatures and "
+            f"the like); use its normal form {normal!r}."
+        )
+    scripts = _scripts(value)
+    if len(scripts) > 1 and not any(scripts <= mix for mix in _SCRIPT_MIXES):
+        raise InputInvalid(
+            f"Scope {value!r} mixes letters of the scripts {', '.join(sorted(scripts))}, which "
+            f"can make one name look like another; write it in one script."
+        )
+    twin = _look_alikes(configured).get(_skeleton(value))
+    if twin is not None:
+        raise InputInvalid(
+            f"Scope {value!r} looks like the configured scope {twin!r} but is not it; use "
+            f"{twin!r}, or configure {value!r} in DURABLE_JOBS['SCOPE_QUOTAS'] if it is meant "
+            f"to be another scope."
+        )
+    return value
+
+
+# Scripts one name may mix without looking like another (Unicode's "highly restrictive" level).
+_SCRIPT_MIXES = (
+    frozenset({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "HAN", "HANGUL"}),
+    frozenset({"LATIN", "HAN", "BOPOMOFO"}),
+)
+_SCRIPT_OF_WORD = {
+    "CJK": "HAN",
+    "IDEOGRAPHIC": "HAN",
+    "KATAKANA-HIRAGANA": "KATAKANA",  # the prolonged sound mark, shared by both
+    "MODIFIER": None,  # modifier letters belong to no one script
+}
+# Letters of other scripts drawn like a Latin letter, as a reader sees them (lower case).
+_LATIN_LOOK = str.maketrans(
+    "аеорсухіјѕԁһԛԝӏкмнтвгпωαοрντυιϲєѵѡ",
+    "aeopcyxijsdhqwlkmhtbrnwaopvtuicevw",
+)
+
+
+def _scripts(value: str) -> set[str]:
+    """Return the scripts of the letters in ``value`` (digits and punctuation belong to none)."""
+    found = set()
+    for char in value:
+        if not unicodedata.category(char).startswith("L"):
+            continue
+        word = unicodedata.name(char, "UNKNOWN").split()[0]
+        script = _SCRIPT_OF_WORD.get(word, word)
+        if script is not None:
+            found.add(script)
+    return found
+
+
+def _skeleton(value: str) -> str:
+    """Return what a reader sees of ``value``: NFKC, case folded, look-alike letters as Latin."""
+    return unicodedata.normalize("NFKC", value).casefold().translate(_LATIN_LOOK)
+
+
+def _configured_scopes() -> frozenset[str]:
+    names = {jobs_settings.DEFAULT_SCOPE, *jobs_settings.SCOPE_QUOTAS}
+    return frozenset(n for n in names if isinstance(n, str))
+
+
+@functools.lru_cache(maxsize=8)
+def _look_alikes(configured: frozenset[str]) -> dict[str, str]:
+    """Return each configured scope by its skeleton."""
+    return {_skeleton(n): n for n in sorted(configured)}
+
+
+def scope_problems(names: Any) -> list[str]:
+    """Return what is wrong with configured scope names (for the system checks)."""
+    problems = []
+    seen: dict[str, str] = {}
+    for each in sorted(n for n in names if isinstance(n, str)):
+        try:
+            name(each, "scope")
+        except InputInvalid as exc:
+            problems.append(f"Configured scope {each!r} is not a usable scope name: {exc.message}")
+            continue
+        if each != each.strip() or unicodedata.normalize("NFKC", each) != each:
+            problems.append(
+                f"Configured scope {each!r} has surrounding whitespace or compatibility "
+                f"characters; write it as {unicodedata.normalize('NFKC', each).strip()!r}."
+            )
+            continue
+        twin = seen.setdefault(_skeleton(each), each)
+        if twin != each:
+            problems.append(
+                f"Configured scopes {twin!r} and {each!r} look alike (they differ only in case "
+                f"or in letters of another script); rename one."
+            )
+    return problems
+
+
 def encodable(text: str, what: str) -> str:
     """Refuse text that has no UTF-8 form (a lone surrogate): it cannot be stored or hashed."""
     try:

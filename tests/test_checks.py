@@ -134,6 +134,28 @@ def test_a_bad_default_scope_is_e004(scope):
         assert ids(check_settings()) == ["durable_jobs.E004"]
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"DEFAULT_SCOPE": "default ", "SCOPE_QUOTAS": {}},
+        {"SCOPE_QUOTAS": {"capped": {}, "Capped": {}}},
+        {"SCOPE_QUOTAS": {"ｃａｐｐｅｄ": {}}},
+        {"DEFAULT_SCOPE": "capped", "SCOPE_QUOTAS": {"сapped": {}}},  # a Cyrillic "с"
+    ],
+    ids=["whitespace", "case-twins", "full-width", "cyrillic-twin"],
+)
+def test_configured_scopes_that_could_be_mistaken_for_others_are_e015(values):
+    with override_settings(DURABLE_JOBS=values):
+        found = check_settings()
+    assert ids(found) == ["durable_jobs.E015"], [e.msg for e in found]
+
+
+def test_distinct_configured_scopes_pass_e015():
+    values = {"DEFAULT_SCOPE": "main", "SCOPE_QUOTAS": {"tenant-a": {}, "東京-1": {}}}
+    with override_settings(DURABLE_JOBS=values):
+        assert ids(check_settings()) == []
+
+
 @pytest.mark.parametrize("lease", [0, -3, "30", False, float("nan")])
 def test_a_bad_lease_seconds_is_e005(lease):
     with override_settings(DURABLE_JOBS={"LEASE_SECONDS": lease}):

@@ -90,7 +90,7 @@ class ApiTokenCreationForm(ApiTokenLabelForm):
         }
 
     def clean_scope(self) -> str:
-        return _checked(lambda s: validation.name(s, "scope"), self.cleaned_data["scope"])
+        return _checked(validation.scope, self.cleaned_data["scope"])
 
     def clean_operations_text(self) -> list[str]:
         text = self.cleaned_data.get("operations_text") or ""

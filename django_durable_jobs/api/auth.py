@@ -117,7 +117,7 @@ def scope_of(request: HttpRequest) -> str:
     """Return the caller's scope from ``DURABLE_JOBS['SCOPE_RESOLVER']``."""
     scope = resolver()(request)
     try:
-        return validation.name(scope, "scope")
+        return validation.scope(scope)
     except InputInvalid as exc:  # a resolver bug, not the caller's input
         raise AuthorizationError(403, f"No usable scope for this caller: {exc.message}") from None
 

@@ -99,7 +99,7 @@ def _create(options: dict[str, Any], stdout) -> int:
         user = User._default_manager.get_by_natural_key(options["user"])
     except User.DoesNotExist:
         raise CommandError(f"--user: there is no user {options['user']!r}.") from None
-    _option("--scope", lambda s: validation.name(s, "scope"), options["scope"])
+    _option("--scope", validation.scope, options["scope"])
     if options.get("name"):
         _option("--name", lambda n: validation.name(n, "token name"), options["name"])
     for name in options.get("operations") or ():

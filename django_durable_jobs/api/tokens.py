@@ -105,7 +105,7 @@ def create_token(
     ``operations`` limits what the token may submit (None or empty: every registered operation);
     ``expires_at`` (an aware datetime in the future) ends it, as if revoked, at that time.
     """
-    scope = validation.name(scope, "scope")
+    scope = validation.scope(scope)
     if name:
         validation.name(name, "token name")
     operations = token_operations(operations)

@@ -274,7 +274,7 @@ def _build(name: str, operation: str, entry: dict[str, Any], where: str) -> Sche
         anchor = _field(name, "anchor", where, _check_anchor, anchor).astimezone(UTC)
     scope = values["scope"]
     if scope is not None:
-        scope = _field(name, "scope", where, validation.name, scope, "scope")
+        scope = _field(name, "scope", where, validation.scope, scope)
     return ScheduleSpec(
         name=name,
         operation=operation,

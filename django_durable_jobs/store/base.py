@@ -81,7 +81,7 @@ class StoreBase:
         clock: Callable[[], datetime] | None = None,
         lease: float | None = None,
     ) -> None:
-        self.scope = None if scope is None else validation.name(scope, "scope")
+        self.scope = None if scope is None else validation.scope(scope)
         self.actor = None if actor is None else validation.name(actor, "actor")
         self.lease_seconds = validation.lease_seconds(lease_seconds, lease)
         if using not in connections.databases:
@@ -115,7 +115,7 @@ class StoreBase:
 
     def _resolve_scope(self, scope: str | None) -> str:
         resolved = scope if scope is not None else self.scope or jobs_settings.DEFAULT_SCOPE
-        validation.name(resolved, "scope")
+        validation.scope(resolved)
         if self.scope is not None and resolved != self.scope:
             raise ScopeMismatch(
                 f"This store is scoped to {self.scope!r} and cannot act for scope {resolved!r}; "

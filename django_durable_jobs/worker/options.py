@@ -55,7 +55,7 @@ def check(options: WorkerOptions) -> None:
     seconds(options.grace, "--grace", GRACE_SECONDS)
     seconds(options.timeout_grace, "--timeout-grace", GRACE_SECONDS)
     if options.scope is not None:
-        _name(options.scope, "--scope", "scope")
+        _checked(validation.scope, options.scope, "--scope")
     for queue in options.queues or []:
         _name(queue, "--queue", "queue")
     for name in options.operations or []:
@@ -97,8 +97,12 @@ def seconds(value: Any, option: str, bounds: tuple[float, float]) -> float:
 
 
 def _name(value: Any, option: str, what: str) -> None:
+    _checked(lambda v: validation.name(v, what), value, option)
+
+
+def _checked(check: Any, value: Any, option: str) -> None:
     try:
-        validation.name(value, what)
+        check(value)
     except InputInvalid as exc:
         raise ValueError(f"{option}: {exc.message}") from None
 

@@ -6,6 +6,7 @@ Behaviour is driven by the payload, so one operation serves many tests.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -155,3 +156,16 @@ def slow_tick(ctx, payload):
     while hold.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return None
+
+
+@operation("tests.exit_process", on_expired="resume")
+def exit_process(ctx, payload):
+    """End the whole worker process at once with ``os._exit(code)`` (default 7): no outcome.
+
+    Only on the attempts listed in ``exit_on`` (default: every attempt); another attempt returns,
+    so the attempt that resumes the job after the dead process's lease expired completes it.
+    """
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}")
+    if ctx.attempt in payload.get("exit_on", [ctx.attempt]):
+        os._exit(payload.get("code", 7))
+    return {"attempt": ctx.attempt}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import subprocess
 import sys
 import time
 
@@ -18,7 +16,15 @@ from ...worker import Worker, WorkerOptions
 from ...worker.options import LEASE_SECONDS, PROCESSES, seconds, whole
 from ...worker.reports import summary_line
 from ...worker.scheduler import declared, refusal
-from ...worker.shutdown import PARENT_CANCEL, PARENT_STOP
+from ...worker.supervisor import (
+    CRASH_LOOP_DEATHS,
+    CRASH_LOOP_SECONDS,
+    MAX_RESTART_DELAY,
+    RESTART_DELAY,
+    RestartRule,
+    Supervisor,
+    child_command,
+)
 from ...worker.watchdog import TIMEOUT_GRACE
 
 DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
@@ -48,7 +54,33 @@ class Command(BaseCommand):
             help="claimed jobs kept ready for the job threads, 0-10000 (default: --concurrency)",
         )
         parser.add_argument(
-            "--processes", type=int, default=1, help="worker processes to run, 1-256 (default 1)"
+            "--processes",
+            type=int,
+            default=1,
+            help="worker processes to run, 1-256 (default 1); with more than one, this process "
+            "supervises them: it restarts one that dies and exits 1 on a crash loop",
+        )
+        parser.add_argument(
+            "--restart-delay",
+            type=float,
+            default=RESTART_DELAY,
+            help="with --processes: seconds before a worker process that died is restarted, "
+            f"doubling with each quick death up to {MAX_RESTART_DELAY:g}, 0-{MAX_RESTART_DELAY:g} "
+            f"(default {RESTART_DELAY:g})",
+        )
+        parser.add_argument(
+            "--crash-loop-deaths",
+            type=int,
+            default=CRASH_LOOP_DEATHS,
+            help="with --processes: this many deaths within --crash-loop-seconds stop every "
+            f"worker process and exit 1, 1-1000 (default {CRASH_LOOP_DEATHS})",
+        )
+        parser.add_argument(
+            "--crash-loop-seconds",
+            type=float,
+            default=CRASH_LOOP_SECONDS,
+            help="with --processes: the window of --crash-loop-deaths, 1-86400 seconds "
+            f"(default {CRASH_LOOP_SECONDS:g})",
         )
         parser.add_argument(
             "--operation",
@@ -115,9 +147,11 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         # Every option is checked here, before a child process, a log handler or the database.
         worker_options = _worker_options(options)
-        if options["processes"] > 1:
-            sys.exit(self.run_processes(options["processes"]))
+        rule = _restart_rule(options)
         _log_to_stderr(options["verbosity"])
+        if options["processes"] > 1:
+            command = child_command(sys.orig_argv)
+            sys.exit(Supervisor(command, options["processes"], rule, burst=options["burst"]).run())
         if not Worker.wait_for_database(options["database"], then=_discover_tasks):
             return  # SIGTERM/SIGINT before the database answered: nothing started
         try:
@@ -140,32 +174,6 @@ class Command(BaseCommand):
             elapsed = time.monotonic() - started
             line = summary_line(worker.ended_counts(), elapsed, abandoned=worker.abandoned)
             self.stdout.write(printable(line, keep_newlines=False))
-
-    def run_processes(self, count: int) -> int:
-        """Run ``count`` single-process workers and pass SIGTERM/SIGINT on to all of them.
-
-        The first is passed on as ``PARENT_STOP`` (stop claiming), any later one as
-        ``PARENT_CANCEL`` (also cancel running jobs): signals of their own, so a child that a
-        service manager signals too is not asked twice.
-        """
-        # orig_argv keeps "-m django" intact; each child gets its own process group so a
-        # group-wide Ctrl-C reaches it once, through the parent, not twice.
-        argv = _without_option(sys.orig_argv[1:], "--processes")
-        children = [
-            subprocess.Popen([sys.executable, *argv], process_group=0) for _ in range(count)
-        ]
-        received: list[int] = []
-
-        def forward(signum, frame) -> None:
-            received.append(signum)
-            passed_on = PARENT_STOP if len(received) == 1 else PARENT_CANCEL
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(passed_on)
-
-        signal.signal(signal.SIGTERM, forward)
-        signal.signal(signal.SIGINT, forward)
-        return max(child.wait() for child in children)
 
 
 def _worker_options(options: dict) -> WorkerOptions:
@@ -204,6 +212,20 @@ def _worker_options(options: dict) -> WorkerOptions:
     return worker_options
 
 
+def _restart_rule(options: dict) -> RestartRule:
+    """Return the checked restart rule of ``--processes``; CommandError names a bad option."""
+    rule = RestartRule(
+        restart_delay=options["restart_delay"],
+        crash_loop_deaths=options["crash_loop_deaths"],
+        crash_loop_seconds=options["crash_loop_seconds"],
+    )
+    try:
+        rule.validate()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    return rule
+
+
 def _discover_tasks(using: str | None) -> None:
     """Register the Django tasks this worker can run, when a ``TASKS`` backend is this app's.
 
@@ -216,19 +238,6 @@ def _discover_tasks(using: str | None) -> None:
     from ...backends import discover_tasks
 
     discover_tasks(using)
-
-
-def _without_option(argv: list[str], name: str) -> list[str]:
-    """Return ``argv`` without ``name VALUE`` / ``name=VALUE``."""
-    result, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == name:
-            skip = True
-        elif not arg.startswith(f"{name}="):
-            result.append(arg)
-    return result
 
 
 def _log_to_stderr(verbosity: int) -> None:

@@ -14,7 +14,6 @@ from ..dbvendor import notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable, ScopeMismatch
 from ..execution import Execution, WriteFence
 from ..models import Job
-from ..terminal import printable
 from ..transactions import bounded_atomic
 from ..values import AttemptOutcome, Finalization, Lease, RequestResult, canonical_json
 from ..vocabulary import (
@@ -375,6 +374,8 @@ def traceback_text(error: BaseException) -> str:
 def _one_line_words(error: BaseException) -> traceback.TracebackException:
     """Return the traceback of ``error`` with every message and note of its chain on one line.
 
+    Only the newline is escaped: the text stays as Python wrote it otherwise.
+
     Walked without recursion, each exception once. A version of Python whose traceback keeps
     its words elsewhere prints them unchanged.
     """
@@ -387,12 +388,36 @@ def _one_line_words(error: BaseException) -> traceback.TracebackException:
             continue
         seen.add(id(shown))
         if isinstance(getattr(shown, "_str", None), str):
-            shown._str = printable(shown._str, keep_newlines=False)
+            shown._str = _one_line(shown._str)
         notes = getattr(shown, "__notes__", None)
         if isinstance(notes, list | tuple):
-            shown.__notes__ = [printable(n, keep_newlines=False) for n in notes]
+            shown.__notes__ = [_one_line(n) if isinstance(n, str) else n for n in notes]
         pending += [shown.__cause__, shown.__context__, *(shown.exceptions or ())]
     return top
+
+
+def _one_line(words: str) -> str:
+    """Return ``words`` with each character that ends a line written as an escape (``\\n``,
+    ``\\r``, ``\\u2028``…); the others stay as they are (every surface that prints a
+    traceback escapes controls itself)."""
+    return words.translate(_LINE_ENDS)
+
+
+# What str.splitlines() ends a line at, written as terminal.printable() writes it.
+_LINE_ENDS = str.maketrans(
+    {
+        "\n": "\\n",
+        "\r": "\\r",
+        "\v": "\\x0b",
+        "\f": "\\x0c",
+        "\x1c": "\\x1c",
+        "\x1d": "\\x1d",
+        "\x1e": "\\x1e",
+        "\x85": "\\x85",
+        "\u2028": "\\u2028",
+        "\u2029": "\\u2029",
+    }
+)
 
 
 def _error_text(error: Any) -> str:

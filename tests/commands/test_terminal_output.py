@@ -70,7 +70,8 @@ def test_show_prints_the_error_escaped_and_keeps_the_traceback_lines(failed):
     lines = text.splitlines()
     traceback = lines.index("      Traceback (most recent call last):")
     assert lines[traceback + 1].startswith('        File "')
-    assert f"      RuntimeError: upstream said {SHOWN}" in lines[traceback:]
+    # The message is one line of the traceback: its newline is written \n, so none is forged.
+    assert f"      RuntimeError: upstream said {SHOWN}\\nsecond line\\r" in lines[traceback:]
     assert f"by {ACTOR_SHOWN}" in text
     assert '"note": "input \\u001b]0;pwned\\u0007\\u001b[2J\\u2028"' in text  # pretty JSON
 
@@ -83,7 +84,7 @@ def test_show_json_is_valid_json_with_the_exact_values_and_no_raw_control(failed
     assert data["claimed_by"] == ACTOR
     assert json.loads(data["proposal"]) == {"note": f"input {HOSTILE}\u2028"}
     [attempt] = data["attempt_history"]
-    assert attempt["traceback"].endswith(f"RuntimeError: upstream said {HOSTILE}\nsecond line\r\n")
+    assert attempt["traceback"].endswith(f"RuntimeError: upstream said {HOSTILE}\\nsecond line\\r\n")
 
 
 def test_list_prints_each_field_on_one_escaped_line(failed, legacy):

@@ -1,7 +1,7 @@
 """The SQL and Python ownership assessments agree on every stored proposal, on every database.
 
 A corpus of awkward stored inputs (nested 64, 65 and 10,000 levels; about 1 MiB; 4-byte emoji,
-combining marks, U+2028, an escaped lone surrogate; text that is not JSON, NaN, 1e400,
+combining marks, U+2028; an escaped lone surrogate, text that is not JSON, NaN, 1e400,
 duplicate keys, empty text, none at all) is written both through the store and raw (``bulk_create``
 and ORM updates), with ``proposal_checked`` set and not, and the hash right and wrong, in every
 status the assessment tells apart. ``Job.objects.with_ownership(now)`` must give each row what
@@ -41,7 +41,6 @@ ACCEPTED = {
     "emoji": '{"unicorn": "🦄🧑🏽‍🚀", "𝄞": "𝄞"}',
     "combining": '["e\u0301", "a\u0308\u0301\u0323"]',
     "u2028": '{"line": "a\u2028b\u2029c"}',
-    "escaped-lone-surrogate": '["\\ud800", "\\udfff\\ud83e"]',
     "big-number": "[1e400, -1e400, 123456789012345678901234567890]",
     "duplicate-keys": '{"a": 1, "a": 2}',
     "whitespace": " \t\n [ ] \r\n",
@@ -55,6 +54,9 @@ REFUSED = {
     "infinity": "[Infinity]",
     "empty": "",
     "truncated-huge": maximal_text(size=1_000_000)[:-1],
+    # Refused since a lone surrogate is refused escaped as well as raw; stored by earlier
+    # versions, so rows holding it are still read (and marked checked) like any other.
+    "escaped-lone-surrogate": '["\\ud800", "\\udfff\\ud83e"]',
 }
 STATUSES = ["pending", "running", "failed", "complete"]
 LEASES = {  # (owner_id, lease_expires_at, epoch, attempts)

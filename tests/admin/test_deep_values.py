@@ -90,8 +90,10 @@ def test_a_small_value_is_shown_whole_without_a_marker_or_link(root, near_now):
 def test_the_raw_view_returns_the_exact_stored_text(root, near_now, maximal):
     store = DurableJobStore(actor="a", lease_seconds=600, clock=near_now)
     lease = store.claim(maximal.pk)
+    store.checkpoint(lease, '{"emoji": "🦄", "sep": "\u2028"}')
+    # An escaped lone surrogate is refused today; a row stored before that rule still shows.
     checkpoint = '{"emoji": "🦄", "raw": "\\ud800", "sep": "\u2028"}'
-    store.checkpoint(lease, checkpoint)
+    Job.objects.filter(pk=maximal.pk).update(checkpoint=checkpoint)
     response, seconds = timed_get(root, raw_url(maximal.pk, "proposal"))
     assert response.status_code == 200 and seconds < SECONDS_MAX
     assert response["Content-Type"] == "text/plain; charset=utf-8"

@@ -43,6 +43,13 @@ Bounded work
 by arithmetic for intervals, and for cron expressions by walking windows that double in length
 back from ``until``. So a scheduler that was down for a year does not walk a year of one-second
 ticks.
+
+Broken rows
+-----------
+A row this host cannot read (a time zone its time zone database lacks, a cron expression changed
+by hand) is *broken*: :func:`row_problem` says why and how to fix it. The scheduler skips it and
+every other schedule goes on ticking; the admin, ``manage.py jobs schedules`` and the REST API
+show it as broken with that reason.
 """
 
 from .declared import (
@@ -59,6 +66,7 @@ from .declared import (
     problems,
     settings_schedules,
 )
+from .health import could_be_name, row_problem, tick_failure
 from .timetable import MAX_TICKS, Timetable, latest_tick, newest_ticks, next_tick, tick_key, ticks
 
 __all__ = [
@@ -69,6 +77,7 @@ __all__ = [
     "OVERLAP_CHOICES",
     "ScheduleSpec",
     "Timetable",
+    "could_be_name",
     "declared_schedules",
     "every",
     "latest_tick",
@@ -78,7 +87,9 @@ __all__ = [
     "parse_operation_schedule",
     "parse_settings_schedule",
     "problems",
+    "row_problem",
     "settings_schedules",
+    "tick_failure",
     "tick_key",
     "ticks",
 ]

@@ -1,4 +1,4 @@
-"""Schedule rows: pause and resume, reconciliation with the code, and the scheduler's pass.
+"""Schedule rows: pause and resume, and reconciliation with the code.
 
 The definition of a schedule comes from code (``django_durable_jobs.schedules``); its row is
 what operators see and what every ``runjobs`` process works from. Three writers, three sets of
@@ -6,51 +6,31 @@ columns: reconciliation writes the definition, people write ``paused_at`` (throu
 :meth:`~ScheduleMixin.pause_schedule` and :meth:`~ScheduleMixin.resume_schedule`), and the
 scheduler's pass writes ``last_tick_at`` and ``last_job``.
 
-**Exactly once without a leader.** Every process may run the pass at the same moment. Each tick
-is enqueued in a transaction of its own that locks the schedule's row, checks that no one
-handled the tick yet (``last_tick_at < tick``), submits the job through :meth:`defer` (quotas,
-the NOTIFY wake-up and idempotency apply as to any submission) with the key
-``tick_key(name, tick)``, and advances ``last_tick_at``. The lock serialises the processes on
-one schedule for one tick, never across submissions; the idempotency key makes a second job for
-the tick impossible even without it.
+The scheduler's pass (``last_tick_at``, ``last_job``, exactly once, catch-up, overlap, broken
+rows skipped) is in ``schedule_ticks.py``.
 
-**Missed ticks and catch-up.** A tick is *on time* while fewer than ``missed_after`` seconds
-(``MISSED_AFTER``, 10 s, or twice the scheduler's pass interval when that is longer) have passed
-since it became due; after that it is *missed*: no process was there to enqueue it (workers were
-down, the schedule was paused or removed). On-time ticks are always enqueued, oldest first. Of
-the missed ones, the catch-up policy decides: ``latest`` enqueues only the newest missed tick,
-``all`` the newest ``catch_up_limit`` of them (oldest first), ``none`` none. Ticks that are not
-enqueued are passed over: ``last_tick_at`` moves past them.
-
-**Overlap.** With ``overlap="skip"`` (the default) a tick is skipped, and ``last_tick_at`` moves
-past it, while the schedule's last job is pending or running; this holds for caught-up ticks too,
-so catch-up ``all`` enqueues several ticks in one pass only with ``overlap="allow"``.
+**Repair.** Reconciliation rewrites a row whose stored definition differs from the code's, also
+when its definition hash still matches (a row changed by hand, or one this host cannot read):
+a broken row whose declaration is valid is repaired by the next worker that reconciles.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import Q
 
-from ..conf import jobs_settings
 from ..dbvendor import lock_for_update
-from ..errors import CapacityReached, InputInvalid, JobError
-from ..models import Job, Schedule, WorkerProcess
-from ..schedules import ScheduleSpec, latest_tick, newest_ticks, tick_key, ticks
-from ..terminal import printable
+from ..errors import InputInvalid
+from ..models import Schedule, WorkerProcess
+from ..schedules import ScheduleSpec, could_be_name
 from ..transactions import bounded_atomic
-from ..values import Submission
-from ..vocabulary import JobStatus, WorkerState, worker_state
-from .base import StoreBase
-
-logger = logging.getLogger("django_durable_jobs.worker")
+from ..vocabulary import WorkerState, worker_state
+from .schedule_ticks import MISSED_AFTER, ScheduleTickMixin, TickPass
 
 __all__ = [
     "MISSED_AFTER",
@@ -59,9 +39,6 @@ __all__ = [
     "ScheduleNotFound",
     "TickPass",
 ]
-
-MISSED_AFTER = 10.0  # seconds after which a due tick no process enqueued counts as missed
-UNFINISHED = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
 class ScheduleNotFound(InputInvalid):
@@ -78,6 +55,7 @@ class Reconciliation:
     restored: tuple[str, ...] = ()  # declared again after they had been marked removed
     removed: tuple[str, ...] = ()
     left: tuple[str, ...] = ()  # a newer live worker declares another definition: not ours
+    repaired: tuple[str, ...] = ()  # the stored fields were not the declaration's: rewritten
 
     def __str__(self) -> str:
         parts = [
@@ -85,6 +63,7 @@ class Reconciliation:
             for what, names in (
                 ("inserted", self.inserted),
                 ("updated", self.updated),
+                ("repaired", self.repaired),
                 ("restored", self.restored),
                 ("marked removed", self.removed),
                 ("left to a newer worker", self.left),
@@ -94,23 +73,7 @@ class Reconciliation:
         return "; ".join(parts) or "nothing to change"
 
 
-@dataclass
-class TickPass:
-    """What one scheduler pass did: counts, and per schedule the refusals that stopped it."""
-
-    enqueued: int = 0  # ticks this pass submitted (not those another process handled first)
-    skipped: int = 0  # ticks passed over because the previous job still ran (overlap "skip")
-    passed_over: int = 0  # missed ticks the catch-up policy did not enqueue
-    refused: dict[str, str] = field(default_factory=dict)  # schedule name → the refusal
-
-    def __str__(self) -> str:
-        text = f"enqueued {self.enqueued}, skipped {self.skipped}, passed over {self.passed_over}"
-        if self.refused:
-            text += f", refused: {', '.join(sorted(self.refused))}"
-        return text
-
-
-class ScheduleMixin(StoreBase):
+class ScheduleMixin(ScheduleTickMixin):
     """Write schedule rows: pause, resume, reconcile with the code, enqueue due ticks."""
 
     # -- people ----------------------------------------------------------------------------------
@@ -137,7 +100,10 @@ class ScheduleMixin(StoreBase):
             raise InputInvalid(f"A schedule name is a non-empty string; got {name!r}.")
         with bounded_atomic(self.using):
             now = self._now()
-            row = lock_for_update(Schedule.objects.using(self.using).filter(name=name)).first()
+            row = None
+            if could_be_name(name):  # else no row has it, and PostgreSQL refuses a NUL byte
+                rows = Schedule.objects.using(self.using).filter(name=name)
+                row = lock_for_update(rows).first()
             if row is None:
                 known = list(
                     Schedule.objects.using(self.using)
@@ -174,6 +140,9 @@ class ScheduleMixin(StoreBase):
           kept, unless the spec gives an anchor), unless a live worker that started *later*
           than this one declares another definition: this one is then an old worker of a
           rolling deploy, and the row is left to the newer one;
+        * a row whose hash is the declaration's but whose stored fields are not (edited by
+          hand, or broken: a cron expression or time zone this host cannot read) is rewritten
+          from the declaration: *repaired*;
         * a row no live worker declares (this one included) is marked removed, never deleted.
 
         Each row is written in a transaction of its own. Return what changed.
@@ -193,6 +162,7 @@ class ScheduleMixin(StoreBase):
             "restored": [],
             "removed": [],
             "left": [],
+            "repaired": [],
         }
         for name in sorted(declared):
             spec = declared[name]
@@ -245,7 +215,12 @@ class ScheduleMixin(StoreBase):
         return me, others
 
     def _reconcile_one(self, spec: ScheduleSpec, now: datetime, *, yields_to_newer: bool) -> str:
-        """Insert, update or restore the row of ``spec``; return which ("" for nothing)."""
+        """Insert, update, repair or restore the row of ``spec``; return which ("" for nothing).
+
+        *Repair*: the row's hash is the declaration's but a stored field is not what the
+        declaration says (a row edited by hand; a time zone or cron expression changed so that
+        the row is broken): the row is rewritten from the declaration.
+        """
         definition = spec.row_fields()
         definition.pop("anchor", None)  # a row keeps its anchor unless the code gives one
         for _ in range(2):  # a second round when another process inserted the row meanwhile
@@ -273,6 +248,13 @@ class ScheduleMixin(StoreBase):
                             changes["anchor"] = spec.anchor
                         rows.update(**changes)
                         return "updated"
+                    if _differs(row, definition, spec):  # changed by hand, or unreadable
+                        changes = {**definition, "declared_at": now, "updated_at": now}
+                        changes["removed_at"] = None
+                        if spec.anchor is not None:
+                            changes["anchor"] = spec.anchor
+                        rows.update(**changes)
+                        return "repaired"
                     if row.removed_at is not None:
                         rows.update(removed_at=None, declared_at=now, updated_at=now)
                         return "restored"
@@ -281,165 +263,9 @@ class ScheduleMixin(StoreBase):
                 continue
         return ""
 
-    # -- the scheduler's pass ----------------------------------------------------------------------
 
-    def enqueue_due_ticks(
-        self, now: datetime | None = None, *, missed_after: float = MISSED_AFTER
-    ) -> TickPass:
-        """Enqueue the due ticks of every active schedule (not paused, not removed); one pass.
-
-        For each schedule: the ticks after its ``last_tick_at`` (or, before its first, after the
-        row was created) up to ``now`` (default: the store's clock), less the missed ones its
-        catch-up policy drops (see the module's docstring, ``missed_after`` in seconds). Each is
-        enqueued in a transaction of its own with the idempotency key ``tick_key(name, tick)``;
-        with overlap ``skip`` a tick is skipped (logged at INFO) while the schedule's last job is
-        pending or running. ``last_tick_at`` only moves forward.
-
-        A quota's refusal (``CapacityReached``) is logged at WARNING and ends that schedule's
-        pass without advancing ``last_tick_at``: the tick is tried again on the next pass, not
-        lost. Any other refusal (``JobError``, e.g. an operation this process does not know) is
-        logged at ERROR, the same way. A scoped store only serves its scope's schedules.
-        Database errors propagate: the caller retries the whole pass later.
-        """
-        now = now or self._now()
-        rows = Schedule.objects.using(self.using).filter(
-            paused_at__isnull=True, removed_at__isnull=True
-        )
-        summary = TickPass()
-        for row in rows.order_by("name"):
-            if self.scope is not None and (row.scope or self._default_scope()) != self.scope:
-                continue
-            self._enqueue_schedule(row, now, missed_after, summary)
-        return summary
-
-    def _enqueue_schedule(
-        self, row: Schedule, now: datetime, missed_after: float, summary: TickPass
-    ) -> None:
-        after = row.last_tick_at or row.created_at
-        cutoff = now - timedelta(seconds=missed_after)
-        # Missed ticks: (after, cutoff]; only the newest few can be enqueued.
-        keep = {"latest": 1, "all": row.catch_up_limit, "none": 0}.get(row.catch_up, 1)
-        missed = list(newest_ticks(row, after, cutoff, keep)) if cutoff > after else []
-        # The newest missed tick the policy drops (None when it drops none).
-        older = missed[0] - timedelta(microseconds=1) if missed else cutoff
-        newest_missed = _newest_tick(row, after, older) if cutoff > after else None
-        passed_over = newest_missed is not None
-        on_time = _on_time_ticks(row, max(after, cutoff), now)
-        due = [*missed, *on_time]
-        name = printable(row.name, keep_newlines=False)
-        if not due:
-            if passed_over:  # catch-up "none": move past the missed ticks
-                self._advance(row, newest_missed)
-                summary.passed_over += 1
-                logger.info(
-                    "schedule %s: missed tick(s) up to %s passed over (catch-up %s)",
-                    name,
-                    _iso(newest_missed),
-                    row.catch_up,
-                )
-            return
-        if passed_over:
-            summary.passed_over += 1
-            logger.info(
-                "schedule %s: older missed ticks passed over (catch-up %s, limit %d)",
-                name,
-                row.catch_up,
-                row.catch_up_limit,
-            )
-        for tick in due:
-            try:
-                outcome = self._enqueue_tick(row.pk, tick)
-            except CapacityReached as exc:
-                summary.refused[row.name] = exc.message
-                logger.warning(
-                    "schedule %s: tick %s refused, tried again next pass: %s",
-                    name,
-                    _iso(tick),
-                    printable(exc.message, keep_newlines=False),
-                )
-                return
-            except JobError as exc:
-                summary.refused[row.name] = exc.message
-                logger.error(
-                    "schedule %s: tick %s refused (%s), tried again next pass: %s",
-                    name,
-                    _iso(tick),
-                    exc.code,
-                    printable(exc.message, keep_newlines=False),
-                )
-                return
-            if outcome is None:  # paused or removed meanwhile
-                return
-            if outcome == "skipped":
-                summary.skipped += 1
-                logger.info(
-                    "schedule %s: tick %s skipped, the previous job still runs (overlap skip)",
-                    name,
-                    _iso(tick),
-                )
-            elif outcome != "handled":
-                summary.enqueued += 1
-                logger.info("schedule %s: tick %s enqueued as job %s", name, _iso(tick), outcome)
-
-    def _enqueue_tick(self, pk: Any, tick: datetime) -> str | None:
-        """Enqueue one tick under the schedule row's lock; return the job id or what happened.
-
-        ``"handled"``: another process enqueued (or skipped) it already; ``"skipped"``: overlap;
-        None: the schedule was paused or removed meanwhile.
-        """
-        with bounded_atomic(self.using):
-            row = lock_for_update(Schedule.objects.using(self.using).filter(pk=pk)).first()
-            if row is None or row.paused_at is not None or row.removed_at is not None:
-                return None
-            if row.last_tick_at is not None and row.last_tick_at >= tick:
-                return "handled"
-            if row.overlap == "skip" and row.last_job_id is not None:
-                running = (
-                    Job.objects.using(self.using)
-                    .filter(pk=row.last_job_id, status__in=UNFINISHED)
-                    .exists()
-                )
-                if running:
-                    self._advance_locked(row, tick)
-                    return "skipped"
-            job = self.defer(
-                row.operation,
-                Submission(row.scope, tick_key(row.name, tick), row.payload),
-                queue=row.queue,
-                priority=row.priority,
-                in_caller_transaction=True,
-            )
-            self._advance_locked(row, tick, job)
-            return str(job.pk)
-
-    def _advance(self, row: Schedule, tick: datetime) -> None:
-        with bounded_atomic(self.using):
-            _monotonic(Schedule.objects.using(self.using).filter(pk=row.pk), tick).update(
-                last_tick_at=tick
-            )
-
-    def _advance_locked(self, row: Schedule, tick: datetime, job: Job | None = None) -> None:
-        changes: dict[str, Any] = {"last_tick_at": tick}
-        if job is not None:
-            changes["last_job"] = job
-        _monotonic(Schedule.objects.using(self.using).filter(pk=row.pk), tick).update(**changes)
-
-    def _default_scope(self) -> str:
-        return jobs_settings.DEFAULT_SCOPE
-
-
-def _monotonic(rows, tick: datetime):
-    """Return ``rows`` whose last tick is before ``tick``: ``last_tick_at`` never goes back."""
-    return rows.filter(Q(last_tick_at__isnull=True) | Q(last_tick_at__lt=tick))
-
-
-def _on_time_ticks(row: Schedule, after: datetime, until: datetime) -> list[datetime]:
-    return list(ticks(row, after, until)) if until > after else []
-
-
-def _newest_tick(row: Schedule, after: datetime, until: datetime) -> datetime | None:
-    return latest_tick(row, until, after=after)
-
-
-def _iso(tick: datetime) -> str:
-    return tick.isoformat().replace("+00:00", "Z")
+def _differs(row: Schedule, definition: dict[str, Any], spec: ScheduleSpec) -> bool:
+    """Return whether a stored field of ``row`` is not what the declaration ``spec`` says."""
+    if spec.anchor is not None and row.anchor != spec.anchor:
+        return True
+    return any(getattr(row, key) != value for key, value in definition.items())

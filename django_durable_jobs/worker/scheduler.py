@@ -10,6 +10,12 @@ and an idempotency key built from the schedule's name and the tick's time.
 
 A database error is logged at WARNING and the pass is tried again a second later; the scheduler
 never stops the worker. ``--burst`` runs one pass (after reconciling) before it drains.
+
+A schedule row this process cannot read (a time zone this host does not know, a cron expression
+changed by hand: ``schedules.row_problem``) is skipped by every pass while the others go on
+ticking. It is logged once, at ERROR, with its name and the fix, when a pass first finds it
+broken (and again only if its reason changes, or after it was readable again), not every second.
+Reconciliation repairs it when this process declares it validly.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class Scheduler:
         self.missed_after = max(MISSED_AFTER, 2 * interval)
         self.reconciled = False
         self.passes = 0
+        self.broken: dict[str, str] = {}  # schedule name → the reason logged for it
         self.passed = threading.Event()  # tests wait on this: a pass completed
         self.stopping = stopping or threading.Event()  # the worker's: no pass once it stops
         self._stop = threading.Event()
@@ -119,8 +126,25 @@ class Scheduler:
             return None
         finally:
             self.passes += 1
+        self._report_broken(summary.broken)
         self.passed.set()
         return summary
+
+    def _report_broken(self, broken: dict[str, str]) -> None:
+        """Log each schedule a pass found broken once, and each one that no longer is."""
+        for name in sorted(set(self.broken) - set(broken)):
+            logger.info(
+                "schedule %s: no longer skipped as broken (repaired, paused or removed)",
+                printable(name, keep_newlines=False),
+            )
+        for name, problem in sorted(broken.items()):
+            if self.broken.get(name) != problem:
+                logger.error(
+                    "schedule %s is broken and skipped: %s",
+                    printable(name, keep_newlines=False),
+                    printable(problem, keep_newlines=False),
+                )
+        self.broken = dict(broken)
 
     def _reconcile(self) -> Reconciliation:
         result = self.store.reconcile_schedules(self.schedules, owner_id=self.owner_id)

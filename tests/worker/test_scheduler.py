@@ -19,6 +19,7 @@ from django.utils import timezone
 from django_durable_jobs.models import Job, JobStatus, Schedule, WorkerProcess
 from django_durable_jobs.schedules import tick_key
 from django_durable_jobs.store import DurableJobStore, Submission
+from tests.schedule_rows import make_schedule
 from tests.support import wait_for
 from tests.worker_support import WorkerPool
 
@@ -237,6 +238,79 @@ def test_a_tick_refused_by_a_quota_is_enqueued_once_there_is_room(pool_with):
     stop(worker)
     ticks = tick_times("beat")
     assert ticks == [first + timedelta(seconds=k) for k in range(len(ticks))]
+
+
+# -- broken rows -----------------------------------------------------------------------------------
+
+BEAT = {"operation": "tests.tick", "every": 1, "catch_up": "none", "overlap": "allow"}
+
+
+def another_host_declares(*names: str) -> WorkerProcess:
+    """Return the row of a live worker on another host (newer tzdata, say) declaring ``names``."""
+    now = timezone.now()
+    return WorkerProcess.objects.create(
+        owner_id="another-host",
+        actor="worker@another-host:1",
+        host="another-host",
+        pid=1,
+        started_at=now - timedelta(minutes=5),
+        heartbeat_at=now,
+        lease_seconds=3600,
+        concurrency=1,
+        schedules=json.dumps({name: "f" * 64 for name in names}),
+    )
+
+
+@pytest.mark.parametrize(
+    "broken, words",
+    [({"timezone": "Mars/Olympus"}, "'Mars/Olympus'"), ({"cron": "61 * * * *"}, "'61 * * * *'")],
+    ids=["timezone", "cron"],
+)
+def test_a_broken_row_is_logged_once_and_the_other_schedules_keep_ticking(pool_with, broken, words):
+    # A row this host cannot read, declared by a live worker elsewhere: not ours to repair.
+    another_host_declares("m-broken")
+    long_ago = timezone.now() - timedelta(hours=1)
+    make_schedule(
+        "m-broken",
+        operation="tests.tick",
+        **{"cron": "* * * * *", "created_at": long_ago, **broken},
+    )
+    pool = pool_with({"SCHEDULES": {"a-beat": BEAT, "z-beat": BEAT}})
+    worker = pool.start()
+    line = worker.wait_for_log("schedule m-broken is broken and skipped")
+    assert "ERROR" in line and words in line and "declaration" in line, line
+    # Both others tick, the one sorting after the broken row too, for several more passes.
+    seen = len(tick_times("z-beat"))
+    wait_for(
+        lambda: len(tick_times("z-beat")) >= seen + 3 and len(tick_times("a-beat")) >= 3,
+        "three more ticks of each other schedule",
+        diagnose=worker.logs,
+    )
+    stop(worker)
+    err = worker.stderr()
+    assert err.count("schedule m-broken is broken and skipped") == 1, err
+    assert "Traceback" not in err and "scheduler pass failed" not in err, err
+    assert tick_times("m-broken") == []
+    row = Schedule.objects.get(name="m-broken")
+    assert (row.last_tick_at, row.removed_at) == (None, None)  # kept, not ticked, not removed
+
+
+def test_a_worker_repairs_a_broken_row_it_declares_validly_and_ticks_it(pool_with):
+    every_second = {"operation": "tests.tick", "cron": "* * * * * *", "catch_up": "none"}
+    pool = pool_with({"SCHEDULES": {"fixed": {**every_second, "overlap": "allow"}}})
+    code, first = pool.run("--burst")
+    assert code == 0, first.logs()
+    declared_hash = Schedule.objects.get(name="fixed").definition_hash
+    Schedule.objects.filter(name="fixed").update(timezone="Mars/Olympus")  # hash unchanged
+    worker = pool.start()
+    worker.wait_for_log("repaired fixed")
+    wait_for(
+        lambda: len(tick_times("fixed")) >= 2, "ticks of the repaired row", diagnose=worker.logs
+    )
+    stop(worker)
+    row = Schedule.objects.get(name="fixed")
+    assert (row.timezone, row.definition_hash) == ("UTC", declared_hash)
+    assert "is broken" not in worker.stderr()
 
 
 # -- refusals at start, --no-schedules -------------------------------------------------------------

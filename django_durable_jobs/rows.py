@@ -16,6 +16,7 @@ from .models import Job, JobAttempt, Schedule
 
 __all__ = [
     "SCHEDULE_ACTIVE",
+    "SCHEDULE_BROKEN",
     "SCHEDULE_PAUSED",
     "SCHEDULE_REMOVED",
     "SCHEDULE_STATES",
@@ -28,10 +29,12 @@ __all__ = [
     "schedule_timing",
 ]
 
-# What a schedule's row says of it: it ticks, a person paused it, or no live worker declares it
-# any more ("removed from code"; its row and history are kept).
+# What a schedule's row says of it: it ticks, a person paused it, no live worker declares it
+# any more ("removed from code"; its row and history are kept), or this host cannot read it
+# ("broken": skipped by the scheduler until repaired; ``schedule_data`` says why).
 SCHEDULE_ACTIVE, SCHEDULE_PAUSED, SCHEDULE_REMOVED = "active", "paused", "removed"
-SCHEDULE_STATES = (SCHEDULE_ACTIVE, SCHEDULE_PAUSED, SCHEDULE_REMOVED)
+SCHEDULE_BROKEN = "broken"
+SCHEDULE_STATES = (SCHEDULE_ACTIVE, SCHEDULE_PAUSED, SCHEDULE_REMOVED, SCHEDULE_BROKEN)
 
 
 def job_data(job: Job) -> dict[str, Any]:
@@ -90,10 +93,15 @@ def attempt_data(attempt: JobAttempt) -> dict[str, Any]:
 
 
 def schedule_state(row: Schedule) -> str:
-    """Return ``removed`` when no live worker declares the schedule, else ``paused`` or
-    ``active``. A removed schedule enqueues nothing, paused or not."""
+    """Return ``removed`` when no live worker declares the schedule, else ``broken`` when this
+    host cannot read its row, else ``paused`` or ``active``. A removed schedule enqueues
+    nothing, paused or not; a broken one nothing until repaired."""
+    from .schedules import row_problem  # pure
+
     if row.removed_at is not None:
         return SCHEDULE_REMOVED
+    if row_problem(row) is not None:
+        return SCHEDULE_BROKEN
     return SCHEDULE_PAUSED if row.paused_at is not None else SCHEDULE_ACTIVE
 
 
@@ -115,11 +123,12 @@ def schedule_timing(row: Schedule) -> str:
 def schedule_data(row: Schedule, now: datetime) -> dict[str, Any]:
     """Return a schedule as operators see it: its definition, its state, its ticks, its last job.
 
-    ``next_tick`` is the first tick after ``now`` (None when the schedule is paused or removed:
-    it will not tick). ``last_job_status`` is ``row.last_job_status`` when the read annotated it
+    ``next_tick`` is the first tick after ``now`` (None when the schedule is paused, removed or
+    broken: it will not tick). ``problem`` says why a row cannot be read here and how to fix it
+    (None when it can; a removed row may have one too). ``last_job_status`` is ``row.last_job_status`` when the read annotated it
     (``F("last_job__status")``), else the last job's own status.
     """
-    from .schedules import next_tick  # pure tick arithmetic
+    from .schedules import next_tick, row_problem  # pure tick arithmetic
 
     state = schedule_state(row)
     if hasattr(row, "last_job_status"):
@@ -140,6 +149,7 @@ def schedule_data(row: Schedule, now: datetime) -> dict[str, Any]:
         "catch_up": row.catch_up,
         "catch_up_limit": row.catch_up_limit,
         "state": state,
+        "problem": row_problem(row),
         "paused_at": row.paused_at,
         "paused_by": row.paused_by or None,
         "removed_at": row.removed_at,

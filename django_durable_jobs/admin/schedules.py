@@ -7,6 +7,10 @@ edits or deletes one here. What a person may do is *pause* and *resume* it, thro
 
 Permissions: ``view_schedule`` (or ``change_schedule``) to see the pages; ``change_schedule``
 to pause and resume.
+
+A row this server cannot read (a time zone it does not know, a cron expression changed by hand)
+is listed with a red *broken* badge and the reason, which says how to fix it; its page shows
+the reason too, and it can be paused and resumed like any other.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ STATE_WORDS = {
     rows.SCHEDULE_ACTIVE: "active",
     rows.SCHEDULE_PAUSED: "paused",
     rows.SCHEDULE_REMOVED: "removed from code",
+    rows.SCHEDULE_BROKEN: "broken",
 }
 STATE_COLOURS = {
     rows.SCHEDULE_ACTIVE: "#1e7e34",
     rows.SCHEDULE_PAUSED: "#e67e22",
     rows.SCHEDULE_REMOVED: "#6c757d",
+    rows.SCHEDULE_BROKEN: "#c0392b",
 }
 LISTED_NAMES = 10
 
@@ -143,8 +149,13 @@ class ScheduleAdmin(ReadOnlyAdmin):
 
     @admin.display(description="state")
     def state_badge(self, obj: Schedule):
+        """Return the state's badge; for a row this server cannot read, the reason under it."""
         state = rows.schedule_state(obj)
-        return fmt.badge(STATE_WORDS[state], STATE_COLOURS[state])
+        badge = fmt.badge(STATE_WORDS[state], STATE_COLOURS[state])
+        problem = schedules.row_problem(obj)
+        if problem is None:
+            return badge
+        return format_html('{}<div class="durable-jobs-problem">{}</div>', badge, problem)
 
     @admin.display(description="next tick")
     def next_tick(self, obj: Schedule) -> str:

@@ -3,6 +3,11 @@
 A schedule belongs to the scope its jobs are enqueued in: its ``scope``, or
 ``DURABLE_JOBS['DEFAULT_SCOPE']`` when it names none. A schedule of another scope is exactly as
 invisible as a missing one (404, absent from the list). Pausing and resuming go through the store.
+
+A row this server cannot read (a time zone it does not know, a cron expression changed by hand)
+is listed and shown with ``state`` ``broken`` and its ``problem``; it can be paused and resumed
+like any other. A name no schedule could have (a NUL byte, a control character, too long) is a
+404 like any unknown name, on every database, without a query by it.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from django.utils import timezone
 
 from ..conf import jobs_settings
 from ..models import Schedule
+from ..schedules import could_be_name
 from ..store.schedules import ScheduleNotFound
 from . import auth, schemas
 from .errors import NoSuchSchedule
@@ -33,7 +39,8 @@ def in_scope(scope: str):
 
 
 def _schedule(request: HttpRequest, name: str) -> Schedule:
-    row = in_scope(auth.scope_of(request)).filter(name=name).first()
+    scope = auth.scope_of(request)
+    row = in_scope(scope).filter(name=name).first() if could_be_name(name) else None
     if row is None:
         raise NoSuchSchedule(f"There is no schedule {name!r}.")
     return row

@@ -146,16 +146,21 @@ class ScheduleOut(Schema):
     scope: str
     queue: str
     priority: int
-    overlap: Literal["skip", "allow"] = Field(
-        description="skip: no new tick while the last tick's job is pending or running."
+    overlap: str = Field(
+        description="skip: no new tick while the last tick's job is pending or running; "
+        "allow. Another value is a broken row (see problem)."
     )
-    catch_up: Literal["latest", "all", "none"] = Field(
-        description="Which missed ticks run after downtime: the latest, all (up to "
-        "catch_up_limit), or none."
+    catch_up: str = Field(
+        description="Which missed ticks run after downtime: latest, all (up to "
+        "catch_up_limit), or none. Another value is a broken row (see problem)."
     )
     catch_up_limit: int
     state: ScheduleState = Field(
-        description="active; paused (by a person); removed (no running worker declares it)."
+        description="active; paused (by a person); removed (no running worker declares it); "
+        "broken (this server cannot read its row: it does not tick until repaired, see problem)."
+    )
+    problem: str | None = Field(
+        description="Why the row cannot be read here, and how to fix it; null when it can."
     )
     paused_at: datetime | None
     paused_by: str | None = Field(description="Who paused it (admin, CLI or API caller).")

@@ -287,3 +287,63 @@ def test_every_schedule_query_goes_to_the_jobs_database(root, rows, other_alias)
     strays = [q["sql"] for q in on_default.captured_queries if SCHEDULE_TABLE.search(q["sql"])]
     assert strays == []
     assert any("durable_jobs_schedule" in q["sql"] for q in on_other.captured_queries)
+
+
+# -- broken rows, NUL bytes -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broken():
+    """Two rows this server cannot read: an unknown time zone and a bad cron expression."""
+    return {
+        "zone": make_schedule("broken-zone", timezone="Mars/Olympus"),
+        "cron": make_schedule("broken-cron", cron="61 * * * *"),
+    }
+
+
+def test_the_list_shows_a_broken_row_with_a_red_badge_and_the_reason(root, rows, broken):
+    response = root.get(LIST)
+    assert response.status_code == 200
+    html = response.content.decode()
+    for row, words in ((broken["zone"], "Mars/Olympus"), (broken["cron"], "61 * * * *")):
+        line = cells(html, row)
+        assert ">broken<" in line and "#c0392b" in line
+        assert "durable-jobs-problem" in line and words in line and "declaration" in line
+        assert "- (broken)" in line  # no next tick
+    assert ">active<" in cells(html, rows["nightly"])  # the others read as before
+
+
+def test_the_page_of_a_broken_row_shows_the_reason_and_pauses(root, broken):
+    row = broken["zone"]
+    response = root.get(page_url(row))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert ">broken<" in html and "Mars/Olympus" in html and "unknown on this host" in html
+    response = root.post(page_url(row, "pause"), follow=True)
+    assert messages_of(response) == [("success", "1 schedule paused (broken-zone).")]
+    assert Schedule.objects.get(pk=row.pk).paused_at is not None
+    said = run_action(root, "resume_schedules", broken["zone"], broken["cron"])
+    assert said == [
+        ("success", "1 schedule resumed (broken-zone); 1 schedule was not paused (broken-cron).")
+    ]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"q": "\x00"}, {"q": "a\x00b"}, {"operation": "\x00"}, {"scope": "\x00"}, {"o": "\x00"}],
+    ids=["q", "q-inside", "operation", "scope", "order"],
+)
+def test_a_nul_byte_in_the_list_s_query_is_refused_the_same_on_every_database(root, rows, query):
+    before = everything()
+    response = root.get(LIST, query)
+    assert response.status_code == 400
+    assert "NUL byte" in response.content.decode()  # a 400, not a 500 on PostgreSQL
+    assert everything() == before
+
+
+def test_a_nul_byte_in_a_schedule_s_address_finds_no_schedule(root, rows):
+    before = everything()
+    assert root.post(f"{LIST}a%00b/pause/").status_code == 404
+    response = root.get(f"{LIST}a%00b/change/", follow=True)
+    assert response.status_code == 200  # the admin's "does not exist" redirect
+    assert everything() == before

@@ -188,3 +188,70 @@ def test_the_openapi_document_describes_the_schedule_endpoints(red_api):
     for field in ("name", "cron", "every_seconds", "timezone", "state", "next_tick", "last_job_id"):
         assert field in schedule
     assert set(schemas["ScheduleActionOut"]["properties"]) == {"changed", "message", "schedule"}
+
+
+# -- broken rows, names no schedule could have ------------------------------------------------------
+
+
+@pytest.fixture
+def broken(rows):
+    """Two rows of scope red this server cannot read: an unknown time zone and a bad cron."""
+    return {
+        "red-zone": make_schedule("red-zone", scope="red", timezone="Mars/Olympus"),
+        "red-cron": make_schedule("red-cron", scope="red", cron="61 * * * *"),
+    }
+
+
+def test_a_broken_row_is_listed_and_shown_with_its_problem(red_api, broken):
+    response = red_api.get("/schedules")
+    assert response.status_code == 200, response.content
+    items = {item["name"]: item for item in response.json()}
+    assert sorted(items) == ["red-cron", "red-flush", "red-nightly", "red-zone"]
+    for name, words in (("red-zone", "'Mars/Olympus'"), ("red-cron", "'61 * * * *'")):
+        item = items[name]
+        assert (item["state"], item["next_tick"]) == ("broken", None)
+        assert item["problem"].startswith(f"Schedule {name!r}: ") and words in item["problem"]
+        assert "declaration" in item["problem"]
+        one = red_api.get(f"/schedules/{name}")
+        assert one.status_code == 200, one.content
+        assert one.json() == item
+    assert items["red-flush"]["state"] == "active" and items["red-flush"]["problem"] is None
+
+
+def test_a_broken_row_is_paused_and_resumed_like_any_other(red_api, broken):
+    body = red_api.post("/schedules/red-zone/pause").json()
+    assert body["changed"] is True and body["schedule"]["state"] == "broken"
+    assert body["schedule"]["paused_at"] is not None
+    assert Schedule.objects.get(name="red-zone").paused_by.startswith("api:ops")
+    body = red_api.post("/schedules/red-zone/resume").json()
+    assert body["changed"] is True and body["schedule"]["paused_at"] is None
+
+
+def test_a_row_with_a_policy_no_declaration_gives_is_listed_as_broken(red_api, rows):
+    make_schedule("red-odd", scope="red", overlap="never", catch_up="maybe")
+    item = red_api.get("/schedules/red-odd").json()
+    assert (item["state"], item["overlap"], item["catch_up"]) == ("broken", "never", "maybe")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/schedules/{name}"),
+        ("post", "/schedules/{name}/pause"),
+        ("post", "/schedules/{name}/resume"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("sent", "name"),
+    [("a%00b", "a\x00b"), ("%00", "\x00"), ("a%0Ab", "a\nb"), ("x" * 201, "x" * 201)],
+    ids=["nul", "only-nul", "newline", "too-long"],
+)
+def test_a_name_no_schedule_could_have_is_a_404_on_every_database(
+    red_api, rows, method, path, sent, name
+):
+    make_schedule("a", scope="red")  # what a NUL byte would cut the name to
+    before = everything()
+    body = refused(
+        getattr(red_api, method)(path.format(name=sent)), 404, "E_SCHEDULE_NOT_FOUND", before
+    )
+    assert body == {"code": "E_SCHEDULE_NOT_FOUND", "message": f"There is no schedule {name!r}."}

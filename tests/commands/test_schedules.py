@@ -142,3 +142,55 @@ def test_a_bad_database_alias_is_refused(rows):
     with pytest.raises(CommandError, match="--database"):
         run("pause", "nightly-sales", "--database", "nope")
     assert everything() == before
+
+
+# -- broken rows, NUL bytes -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broken(rows):
+    make_schedule("broken-zone", timezone="Mars/Olympus")
+    make_schedule("broken-cron", cron="61 * * * *")
+
+
+def test_a_broken_row_is_listed_with_its_reason(broken):
+    table, _, tail = run().partition("\n\nBroken (not ticking until repaired):\n")
+    lines = table.splitlines()
+    starts = [lines[0].index(title) for title in HEADER]
+    by_name = {line.split()[0]: line for line in lines[1:]}
+    for name in ("broken-zone", "broken-cron"):
+        assert by_name[name][starts[4] :].startswith("broken")
+        assert by_name[name][starts[5] :].startswith("-")  # no next tick
+    assert by_name["nightly-sales"][starts[4] :].startswith("active")
+    reasons = tail.splitlines()
+    assert [line.split(":")[0] for line in reasons] == ["  broken-cron", "  broken-zone"]
+    assert "'61 * * * *' is not a cron expression" in reasons[0]
+    assert "'Mars/Olympus' is unknown on this host" in reasons[1]
+
+
+def test_json_gives_a_broken_row_s_problem(broken):
+    data = {row["name"]: row for row in json.loads(run("--json"))}
+    zone = data["broken-zone"]
+    assert (zone["state"], zone["next_tick"]) == ("broken", None)
+    assert zone["problem"].startswith("Schedule 'broken-zone': time zone 'Mars/Olympus'")
+    assert data["nightly-sales"]["problem"] is None
+
+
+def test_a_broken_row_is_paused_and_resumed(broken):
+    assert run("pause", "broken-zone") == "Paused schedule broken-zone.\n"
+    assert Schedule.objects.get(name="broken-zone").paused_at is not None
+    assert run("resume", "broken-zone") == "Resumed schedule broken-zone.\n"
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+@pytest.mark.parametrize("name", ["a\x00b", "\x00"], ids=["nul", "only-nul"])
+def test_a_nul_byte_is_no_such_schedule_on_every_database(rows, verb, name):
+    # A shell cannot pass a NUL byte in an argument; call_command can.
+    make_schedule("a")  # what a NUL byte would cut the name to
+    before = everything()
+    with pytest.raises(CommandError) as caught:
+        run(verb, name)
+    message = str(caught.value)
+    assert message.startswith(f"There is no schedule {name!r}; schedules: a, gone-one, ")
+    assert "\x00" not in message
+    assert everything() == before

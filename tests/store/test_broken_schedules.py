@@ -35,7 +35,7 @@ BREAKS = {
     "unknown-zone": ({"timezone": "Mars/Olympus"}, ["'Mars/Olympus'", "unknown on this host"]),
     "bad-cron": ({"cron": "61 * * * *"}, ["'61 * * * *'", "not a cron expression"]),
     "no-timing": ({"cron": ""}, ["neither a cron expression nor an interval"]),
-    "bad-overlap": ({"overlap": "sometimes"}, ["overlap 'sometimes'"]),
+    "bad-overlap": ({"overlap": "never"}, ["overlap 'never'"]),
     "bad-catch-up": ({"catch_up": "maybe"}, ["catch_up 'maybe'"]),
 }
 

@@ -255,9 +255,16 @@ def schedule_row(row: Schedule, now: datetime) -> dict[str, Any]:
 
 def schedule_table(data: Sequence[dict[str, Any]], now: datetime) -> str:
     """Return ``data`` (from :func:`schedule_row`) as an aligned text table; times in UTC with
-    their distance from ``now``."""
+    their distance from ``now``. Under it, each row this host cannot read, with the reason."""
     table_rows = [[_schedule_cell(row, key, now) for key, _ in SCHEDULE_COLUMNS] for row in data]
-    return aligned([title for _, title in SCHEDULE_COLUMNS], table_rows)
+    text = aligned([title for _, title in SCHEDULE_COLUMNS], table_rows)
+    problems = [row for row in data if row.get("problem")]
+    if problems:
+        text += "\n\nBroken (not ticking until repaired):"
+        for row in problems:
+            name = printable(row["name"], keep_newlines=False)
+            text += f"\n  {name}: {printable(row['problem'], keep_newlines=False)}"
+    return text
 
 
 def _schedule_cell(row: dict[str, Any], key: str, now: datetime) -> Any:

@@ -84,7 +84,9 @@ def test_show_json_is_valid_json_with_the_exact_values_and_no_raw_control(failed
     assert data["claimed_by"] == ACTOR
     assert json.loads(data["proposal"]) == {"note": f"input {HOSTILE}\u2028"}
     [attempt] = data["attempt_history"]
-    assert attempt["traceback"].endswith(f"RuntimeError: upstream said {HOSTILE}\\nsecond line\\r\n")
+    assert attempt["traceback"].endswith(
+        f"RuntimeError: upstream said {HOSTILE}\\nsecond line\\r\n"
+    )
 
 
 def test_list_prints_each_field_on_one_escaped_line(failed, legacy):

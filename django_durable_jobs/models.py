@@ -232,6 +232,9 @@ class ApiToken(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         verbose_name = "API token"
+        # add_apitoken makes tokens that act as oneself; this one, tokens for another user (never
+        # one who holds a permission the maker lacks; see admin/tokens.py).
+        permissions = [("add_apitoken_for_others", "Can add API token for another user")]
 
     def __str__(self) -> str:
         state = "revoked" if self.revoked_at else "active"

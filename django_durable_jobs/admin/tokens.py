@@ -5,9 +5,12 @@ token create`` makes it, and ended by :func:`~django_durable_jobs.api.tokens.rev
 full token exists only in the response to the form that made it: it is never stored, not in the
 session, not in the admin's history. The stored SHA-256 is never shown, searched or filtered on.
 
-Standard model permissions: ``add_apitoken`` creates, ``change_apitoken`` renames and revokes,
-``view_apitoken`` reads. Nobody deletes a token: revoke it, and its row keeps saying who could
-call the API and when it was last used.
+A token acts as its user: whoever holds it may do through the API what that user may do. So
+``add_apitoken`` makes tokens for oneself only; ``add_apitoken_for_others`` (with it) also for
+another active user, and even then only one whose every permission the maker holds (a superuser
+only by a superuser): no token reaches further than the person who made it. ``change_apitoken``
+renames and revokes, ``view_apitoken`` reads. Nobody deletes a token: revoke it, and its row
+keeps saying who could call the API and when it was last used.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
@@ -44,6 +48,8 @@ from .base import OnJobsDatabase
 ACTIVE, EXPIRED, REVOKED = "active", "expired", "revoked"
 STATE_COLOURS = {ACTIVE: "#1e7e34", EXPIRED: "#6c757d", REVOKED: "#c0392b"}
 CREATED_TEMPLATE = "admin/durable_jobs/apitoken/token_created.html"
+MINT_FOR_OTHERS = "durable_jobs.add_apitoken_for_others"
+MINT_FOR_OTHERS_NAME = "Can add API token for another user"
 
 
 def token_state(row: ApiToken) -> str:
@@ -51,6 +57,63 @@ def token_state(row: ApiToken) -> str:
     if row.revoked_at is not None:
         return REVOKED
     return EXPIRED if token_expired(row) else ACTIVE
+
+
+def mint_refusal(minter, user) -> str | None:
+    """Return why ``minter`` may not make a token acting as ``user``, or None when they may.
+
+    Oneself, always; another user only with ``add_apitoken_for_others``, and then only an active
+    one (an inactive user's permissions read as none, yet come back with them) whose permissions
+    are all the minter's too, staff only by staff, a superuser only by a superuser.
+    """
+    if user.pk == minter.pk:
+        return None
+    you = minter.get_username()
+    if not minter.has_perm(MINT_FOR_OTHERS):
+        return (
+            f"You may create a token only for yourself ({you}). A token for another user needs "
+            f"the permission \u201c{MINT_FOR_OTHERS_NAME}\u201d ({MINT_FOR_OTHERS}); ask an "
+            "administrator to grant it, or to create the token."
+        )
+    them = user.get_username()
+    if not user.is_active:
+        return (
+            f"{them} is inactive: a token of theirs would come to life with all their permissions "
+            "the day they are reactivated. Reactivate them first, or create it for someone else."
+        )
+    if minter.is_superuser:
+        return None
+    if user.is_superuser:
+        return (
+            f"{them} is a superuser: only a superuser may create a token for a superuser. "
+            "Ask one to create it."
+        )
+    if user.is_staff and not minter.is_staff:
+        return f"{them} is staff and you are not: ask a staff member to create the token."
+    missing = sorted(user.get_all_permissions() - minter.get_all_permissions())
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        shown = ", ".join(missing[:5]) + more
+        return (
+            f"{them} holds permissions you do not ({shown}): their token would let its holder do "
+            "what you cannot. Create it for a user whose permissions are all yours, or ask "
+            "someone who holds theirs."
+        )
+    return None
+
+
+class OneselfWidget(forms.HiddenInput):
+    """The requesting user, shown as text: the only user they may make a token for."""
+
+    is_hidden = False  # a labelled row that says who the token will act as
+
+    def __init__(self, user, attrs=None) -> None:
+        super().__init__(attrs)
+        self.user = user
+
+    def render(self, name, value, attrs=None, renderer=None):
+        sent = super().render(name, self.user.pk, attrs, renderer)
+        return format_html('{}<div class="readonly">{}</div>', sent, self.user.get_username())
 
 
 def _checked(check, value):
@@ -80,6 +143,8 @@ class ApiTokenCreationForm(ApiTokenLabelForm):
         "Empty: every registered operation.",
     )
 
+    minter = None  # the requesting user; ApiTokenAdmin.get_form sets it
+
     class Meta:
         model = ApiToken
         fields = ("user", "scope", "name", "expires_at")
@@ -88,6 +153,13 @@ class ApiTokenCreationForm(ApiTokenLabelForm):
             "name": "A label to recognise the token by.",
             "expires_at": "Empty: the token never expires.",
         }
+
+    def clean_user(self):
+        user = self.cleaned_data["user"]
+        refusal = "Nobody is signed in." if self.minter is None else mint_refusal(self.minter, user)
+        if refusal:
+            raise ValidationError(refusal)
+        return user
 
     def clean_scope(self) -> str:
         return _checked(validation.scope, self.cleaned_data["scope"])
@@ -166,7 +238,32 @@ class ApiTokenAdmin(OnJobsDatabase, admin.ModelAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = self.add_form
-        return super().get_form(request, obj, change=change, **kwargs)
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is None:
+            form.minter = request.user  # a class made for this request by modelform_factory
+        return form
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        """The user a new token acts as: the requesting user, read-only, unless they may make
+        tokens for others (then any user's id, checked by :func:`mint_refusal`)."""
+        if db_field.name == "user":
+            if request.user.has_perm(MINT_FOR_OTHERS):
+                kwargs["help_text"] = (
+                    "The user the token acts as: you, or an active user whose every permission "
+                    "you hold too."
+                )
+            else:
+                kwargs["widget"] = OneselfWidget(request.user)
+                kwargs["help_text"] = (
+                    "The token acts as you: you may create tokens only for yourself."
+                )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_changeform_initial_data(self, request):
+        initial = super().get_changeform_initial_data(request)
+        if "user" not in initial or not request.user.has_perm(MINT_FOR_OTHERS):
+            initial["user"] = request.user.pk  # a new token is for oneself unless told
+        return initial
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         """Save without Django's transaction on another database than the tokens'.
@@ -191,6 +288,8 @@ class ApiTokenAdmin(OnJobsDatabase, admin.ModelAdmin):
         if change:
             obj.save(update_fields=["name"])
             return
+        if mint_refusal(request.user, obj.user):  # pragma: no cover - the form refused it
+            raise PermissionDenied
         issued = create_token(
             obj.user,
             obj.scope,

@@ -3,7 +3,8 @@
 A token is made by :func:`~django_durable_jobs.api.tokens.create_token`, as ``manage.py jobs
 token create`` makes it, and ended by :func:`~django_durable_jobs.api.tokens.revoke_token`. The
 full token exists only in the response to the form that made it: it is never stored, not in the
-session, not in the admin's history. The stored SHA-256 is never shown, searched or filtered on.
+session, not in the admin's history. The stored SHA-256 is never shown, searched, ordered or
+filtered on: every lookup that names it is refused (400), however it is reached.
 
 A token acts as its user: whoever holds it may do through the API what that user may do. So
 ``add_apitoken`` makes tokens for oneself only; ``add_apitoken_for_others`` (with it) also for
@@ -21,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import router
 from django.db.models import Q
+from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -50,6 +52,7 @@ STATE_COLOURS = {ACTIVE: "#1e7e34", EXPIRED: "#6c757d", REVOKED: "#c0392b"}
 CREATED_TEMPLATE = "admin/durable_jobs/apitoken/token_created.html"
 MINT_FOR_OTHERS = "durable_jobs.add_apitoken_for_others"
 MINT_FOR_OTHERS_NAME = "Can add API token for another user"
+HASH_FIELD = "token_hash"
 
 
 def token_state(row: ApiToken) -> str:
@@ -221,6 +224,14 @@ class ApiTokenAdmin(OnJobsDatabase, admin.ModelAdmin):
     def get_search_fields(self, request):
         # The public prefix, never the hash.
         return ("name", "prefix", "scope", f"user__{get_user_model().USERNAME_FIELD}")
+
+    def lookup_allowed(self, lookup, value, request=None) -> bool:
+        """Refuse every lookup that names the hash (``?token_hash__startswith=`` would tell it
+        character by character), from this model or through a relation back to it; Django
+        answers a refused lookup with 400."""
+        if HASH_FIELD in lookup.split(LOOKUP_SEP):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False

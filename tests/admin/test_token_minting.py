@@ -1,4 +1,4 @@
-"""Who may create an API token for whom: never beyond what the one creating it may do.
+"""Who may create an API token for whom, and that the stored hash is no filter.
 
 Proves, for every combination of the token permissions the admin offers (``view_apitoken``,
 ``add_apitoken``, ``add_apitoken_for_others``, ``change_apitoken``) held by a staff user, and for
@@ -9,7 +9,9 @@ inactive user: a token is made only for oneself unless the maker holds
 superuser only by a superuser); a refusal is a 403, a login page or a form error that says what
 to do, with every token row and history entry as it was; a minted token's user never holds more
 than its maker. The add form offers the user field only to those who may mint for others and
-names the requesting user otherwise.
+names the requesting user otherwise. Every lookup on ``token_hash`` (a prefix oracle), from the
+token list or through a relation from the user list, is refused with 400; ordering cannot reach
+it either.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import itertools
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.admin.tokens import mint_refusal
 from django_durable_jobs.models import ApiToken
-from tests.admin.test_tokens import ADD, TOKEN_RE, create, tokens_state
+from tests.admin.test_tokens import ADD, LIST, TOKEN_RE, create, tokens_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.urls")]
 
@@ -220,3 +224,65 @@ def test_a_delegated_minter_is_offered_any_user_and_starts_from_themselves(clien
     assert f'name="user" value="{minter.pk}"' in html
     assert 'class="vForeignKeyRawIdAdminField"' in html
     assert "an active user whose every permission you hold too" in html
+
+
+# -- the hash is no filter ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def issued(root):
+    owner = User.objects.get(username="root")
+    create(root, owner, name="one")
+    create(root, owner, name="two")
+    return list(ApiToken.objects.order_by("id"))
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        "token_hash__startswith",
+        "token_hash__istartswith",
+        "token_hash",
+        "token_hash__exact",
+        "token_hash__gte",
+        "token_hash__regex",
+        "token_hash__contains",
+        "token_hash__in",
+        "token_hash__isnull",
+        "user__durable_jobs_api_tokens__token_hash__startswith",
+    ],
+)
+def test_every_lookup_on_the_hash_is_refused(root, issued, lookup):
+    value = "False" if lookup.endswith("isnull") else issued[0].token_hash[:1]
+    before = tokens_state()
+    response = root.get(LIST, {lookup: value})
+    assert response.status_code == 400, lookup
+    assert issued[0].token_hash not in response.content.decode()
+    assert tokens_state() == before
+
+
+def test_the_user_list_cannot_reach_the_hash_either(root, issued):
+    prefix = issued[0].token_hash[:1]
+    url = "/admin/auth/user/"
+    assert (
+        root.get(url, {"durable_jobs_api_tokens__token_hash__startswith": prefix}).status_code
+        == 400
+    )
+    assert root.get(LIST, {"_to_field": "token_hash"}).status_code == 400
+
+
+@pytest.mark.parametrize("order", ["token_hash", "-token_hash", "0.token_hash", "99", "-1"])
+def test_the_list_cannot_be_ordered_by_the_hash(root, issued, order):
+    with CaptureQueriesContext(connection) as queries:
+        response = root.get(LIST, {"o": order})
+    assert response.status_code == 200
+    orderings = [q["sql"].rpartition("ORDER BY")[2] for q in queries if "ORDER BY" in q["sql"]]
+    assert orderings and not any("token_hash" in clause for clause in orderings), orderings
+    for row in issued:
+        assert row.token_hash not in response.content.decode()
+
+
+def test_the_other_filters_still_work(root, issued):
+    response = root.get(LIST, {"scope__exact": "red", "state": "active"})
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 2

@@ -24,7 +24,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.admin.tokens import mint_refusal
+from django_durable_jobs.admin.minting import mint_refusal
 from django_durable_jobs.models import ApiToken
 from tests.admin.test_tokens import ADD, LIST, TOKEN_RE, create, tokens_state
 

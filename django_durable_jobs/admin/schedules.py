@@ -86,7 +86,7 @@ class ScheduleAdmin(ReadOnlyAdmin):
             {
                 "fields": (
                     "name",
-                    "state_badge",
+                    "state_and_reason",
                     "operation",
                     "timing",
                     "timezone",
@@ -149,13 +149,29 @@ class ScheduleAdmin(ReadOnlyAdmin):
 
     @admin.display(description="state")
     def state_badge(self, obj: Schedule):
-        """Return the state's badge; for a row this server cannot read, the reason under it."""
+        """Return the state's badge; for a row this server cannot read, what is wrong under it
+        (the whole reason, with its fix, on hover and on the schedule's page)."""
+        return self._state(obj, short=True)
+
+    @admin.display(description="state")
+    def state_and_reason(self, obj: Schedule):
+        """Return the state's badge; for a row this server cannot read, the reason and its fix."""
+        return self._state(obj, short=False)
+
+    def _state(self, obj: Schedule, *, short: bool):
         state = rows.schedule_state(obj)
         badge = fmt.badge(STATE_WORDS[state], STATE_COLOURS[state])
         problem = schedules.row_problem(obj)
         if problem is None:
             return badge
-        return format_html('{}<div class="durable-jobs-problem">{}</div>', badge, problem)
+        if not short:
+            return format_html('{}<div class="durable-jobs-problem">{}</div>', badge, problem)
+        return format_html(
+            '{}<div class="durable-jobs-problem" title="{}" style="max-width:24em">{}</div>',
+            badge,
+            problem,
+            schedules.problem_summary(obj.name, problem),
+        )
 
     @admin.display(description="next tick")
     def next_tick(self, obj: Schedule) -> str:

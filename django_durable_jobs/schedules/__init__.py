@@ -66,7 +66,7 @@ from .declared import (
     problems,
     settings_schedules,
 )
-from .health import could_be_name, row_problem, tick_failure
+from .health import could_be_name, problem_summary, row_problem, tick_failure
 from .timetable import MAX_TICKS, Timetable, latest_tick, newest_ticks, next_tick, tick_key, ticks
 
 __all__ = [
@@ -87,6 +87,7 @@ __all__ = [
     "parse_operation_schedule",
     "parse_settings_schedule",
     "problems",
+    "problem_summary",
     "row_problem",
     "settings_schedules",
     "tick_failure",

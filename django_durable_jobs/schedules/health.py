@@ -22,7 +22,7 @@ from ..errors import InputInvalid
 from .declared import CATCH_UP_CHOICES, CATCH_UP_LIMIT_MAX, INTERVAL_MAX_SECONDS, OVERLAP_CHOICES
 from .timetable import zone
 
-__all__ = ["SKIPPED", "could_be_name", "row_problem", "tick_failure"]
+__all__ = ["SKIPPED", "could_be_name", "problem_summary", "row_problem", "tick_failure"]
 
 SKIPPED = (
     "The scheduler skips it until then; a worker that declares it validly rewrites its row when "
@@ -126,3 +126,15 @@ def _cron_problem(cron: str) -> str | None:
 
 def _say(name: str, problem: str, fix: str) -> str:
     return f"Schedule {name!r}: {problem}; {fix}. {SKIPPED}"
+
+
+def problem_summary(name: str, problem: str) -> str:
+    """Return what is wrong with schedule ``name``, without its name or the fix: a list cell.
+
+    ``problem`` is what :func:`row_problem` returned; text in another form comes back whole.
+    """
+    prefix = f"Schedule {name!r}: "
+    if not problem.startswith(prefix):
+        return problem
+    what, _, _ = problem.removeprefix(prefix).partition("; ")
+    return what[:1].upper() + what[1:]

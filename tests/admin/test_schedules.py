@@ -309,6 +309,10 @@ def test_the_list_shows_a_broken_row_with_a_red_badge_and_the_reason(root, rows,
         line = cells(html, row)
         assert ">broken<" in line and "#c0392b" in line
         assert "durable-jobs-problem" in line and words in line and "declaration" in line
+        # What is wrong fits the cell; the whole reason, with its fix, is its title.
+        shown = re.search(r'class="durable-jobs-problem" title="([^"]*)"[^>]*>([^<]*)<', line)
+        assert shown and "declaration" in shown[1] and "declaration" not in shown[2]
+        assert words in shown[2] and len(shown[2]) < 100
         assert "- (broken)" in line  # no next tick
     assert ">active<" in cells(html, rows["nightly"])  # the others read as before
 
@@ -319,6 +323,7 @@ def test_the_page_of_a_broken_row_shows_the_reason_and_pauses(root, broken):
     assert response.status_code == 200
     html = response.content.decode()
     assert ">broken<" in html and "Mars/Olympus" in html and "unknown on this host" in html
+    assert "pip install -U tzdata" in html  # the fix, on the page itself
     response = root.post(page_url(row, "pause"), follow=True)
     assert messages_of(response) == [("success", "1 schedule paused (broken-zone).")]
     assert Schedule.objects.get(pk=row.pk).paused_at is not None

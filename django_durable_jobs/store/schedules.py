@@ -242,18 +242,10 @@ class ScheduleMixin(ScheduleTickMixin):
                     if row.definition_hash != spec.definition_hash:
                         if yields_to_newer:
                             return "left"
-                        changes = {**definition, "declared_at": now, "updated_at": now}
-                        changes["removed_at"] = None
-                        if spec.anchor is not None:
-                            changes["anchor"] = spec.anchor
-                        rows.update(**changes)
+                        rows.update(**_rewritten(definition, spec, now))
                         return "updated"
                     if _differs(row, definition, spec):  # changed by hand, or unreadable
-                        changes = {**definition, "declared_at": now, "updated_at": now}
-                        changes["removed_at"] = None
-                        if spec.anchor is not None:
-                            changes["anchor"] = spec.anchor
-                        rows.update(**changes)
+                        rows.update(**_rewritten(definition, spec, now))
                         return "repaired"
                     if row.removed_at is not None:
                         rows.update(removed_at=None, declared_at=now, updated_at=now)
@@ -262,6 +254,14 @@ class ScheduleMixin(ScheduleTickMixin):
             except IntegrityError:  # inserted by another process between our read and insert
                 continue
         return ""
+
+
+def _rewritten(definition: dict[str, Any], spec: ScheduleSpec, now: datetime) -> dict[str, Any]:
+    """Return the changes that make a row the declaration ``spec`` again (declared now)."""
+    changes = {**definition, "declared_at": now, "updated_at": now, "removed_at": None}
+    if spec.anchor is not None:
+        changes["anchor"] = spec.anchor
+    return changes
 
 
 def _differs(row: Schedule, definition: dict[str, Any], spec: ScheduleSpec) -> bool:

@@ -24,7 +24,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -43,7 +44,7 @@ __all__ = [
     "Quota",
     "Rate",
     "Taken",
-    "give_back",
+    "counted",
     "pending_estimates",
     "quota_for",
     "running_limits_configured",
@@ -207,10 +208,17 @@ class Taken:
             pass
 
 
-def give_back(taken: list[Taken]) -> None:
-    """Give back every count in ``taken`` (a call refused after its rates were counted)."""
-    for each in taken:
-        each.give_back()
+@contextmanager
+def counted() -> Iterator[list[Taken]]:
+    """Collect the counts a submission takes (``taken += ...``); give them all back when the
+    block raises: a submission refused or failed after its rates were counted uses none."""
+    taken: list[Taken] = []
+    try:
+        yield taken
+    except BaseException:
+        for each in taken:
+            each.give_back()
+        raise
 
 
 def take_submissions(kind: str, key: str, rate: Rate, count: int, now: datetime) -> Taken:
@@ -255,7 +263,7 @@ def take_submissions(kind: str, key: str, rate: Rate, count: int, now: datetime)
 def take_token_submission(prefix: str, scope: str, now: datetime) -> list[Taken]:
     """Count one submission of the REST API token ``prefix`` against its scope's token rate.
 
-    Returns what was counted, for ``give_back`` when the submission is refused after all.
+    Returns what was counted, for ``counted`` to give back when the submission is refused.
     """
     rate = quota_for(scope).token_submit_rate
     return [] if rate is None else [take_submissions("token", prefix, rate, 1, now)]

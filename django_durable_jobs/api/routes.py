@@ -97,11 +97,10 @@ def submit_job(request: HttpRequest, body: schemas.SubmitIn):
     text = _proposal_text(body)
     key = body.idempotency_key
     token = getattr(request, "durable_jobs_token", None)
-    taken = []
-    if token is not None:  # the token's own rate, within its scope's
-        taken = quotas.take_token_submission(token.prefix, store.scope, store.clock())
     new_id = uuid.uuid4()
-    try:
+    with quotas.counted() as taken:  # a refused submission uses up no token window
+        if token is not None:  # the token's own rate, within its scope's
+            taken += quotas.take_token_submission(token.prefix, store.scope, store.clock())
         job = store.defer(
             operation,
             Submission(scope=store.scope, idempotency_key=key, proposal=text),
@@ -110,9 +109,6 @@ def submit_job(request: HttpRequest, body: schemas.SubmitIn):
             priority=body.priority,
             run_after=body.run_after,
         )
-    except BaseException:  # a refused submission does not use up the token's window
-        quotas.give_back(taken)
-        raise
     return Status(201 if job.pk == new_id else 200, schemas.detail(job))
 
 

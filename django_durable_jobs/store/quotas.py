@@ -35,7 +35,7 @@ class QuotaMixin(StoreBase):
         The priority ceiling and a batch larger than a whole window are ``InputInvalid``; a full
         pending cap or a used-up rate window is ``CapacityReached``. Nothing is written either way.
         Returns the rate counts taken: a caller refused later gives them back
-        (``quotas.give_back``), so only submissions that were answered use up a window.
+        (``quotas.counted``), so only submissions that were answered use up a window.
         """
         quota = quotas.quota_for(scope)
         if priority > quota.max_priority:

@@ -129,37 +129,33 @@ class SubmissionMixin(QuotaMixin):
         op = validation.operation(operation)
         scope, row = self._row(submission, job_id)
         cap = self._capacity(op, max_running)
-        taken: list[quotas.Taken] = []
-        try:
-            with bounded_atomic(self.using):
-                now = self._now()
-                if self._existing(op, scope, row.key, row.proposal) is not None:
-                    return None
-                self._require_capacity(op, cap)
-                self._require_scope_capacity(scope)
-                taken = self._admit(scope, 1, 0, now, pending=False)
-                expires = now + timedelta(seconds=self.lease_seconds)
-                fields = {
-                    "operation": op,
-                    "scope": scope,
-                    "status": JobStatus.RUNNING.value,
-                    "created_at": now,
-                    "run_after": now,
-                    "owner_id": self.owner_id,
-                    "fencing_epoch": 1,
-                    "attempts": 1,
-                    "lease_expires_at": expires,
-                    "heartbeat_at": now,
-                    "claimed_at": now,
-                    "claimed_by": self.actor or "",
-                }
-                ((held, _),) = enqueue(self.using, fields, [row])
-                job = self._held(op, scope, row, held)
-                if job.pk != row.pk or job.owner_id != self.owner_id:
-                    return None  # an identical submission committed first
-        except BaseException:  # refused or failed: the call used no rate window
-            quotas.give_back(taken)
-            raise
+        # The rate counted is given back if anything refuses or fails, the COMMIT included.
+        with quotas.counted() as taken, bounded_atomic(self.using):
+            now = self._now()
+            if self._existing(op, scope, row.key, row.proposal) is not None:
+                return None
+            self._require_capacity(op, cap)
+            self._require_scope_capacity(scope)
+            taken += self._admit(scope, 1, 0, now, pending=False)
+            expires = now + timedelta(seconds=self.lease_seconds)
+            fields = {
+                "operation": op,
+                "scope": scope,
+                "status": JobStatus.RUNNING.value,
+                "created_at": now,
+                "run_after": now,
+                "owner_id": self.owner_id,
+                "fencing_epoch": 1,
+                "attempts": 1,
+                "lease_expires_at": expires,
+                "heartbeat_at": now,
+                "claimed_at": now,
+                "claimed_by": self.actor or "",
+            }
+            ((held, _),) = enqueue(self.using, fields, [row])
+            job = self._held(op, scope, row, held)
+            if job.pk != row.pk or job.owner_id != self.owner_id:
+                return None  # an identical submission committed first
         return Lease(job_id=row.pk, owner_id=self.owner_id, epoch=1, expires_at=expires)
 
     def find_submission(self, operation: str, submission: Submission) -> Job | None:
@@ -199,16 +195,6 @@ class SubmissionMixin(QuotaMixin):
             self._require_caller_transaction("defer")
         else:
             refuse_caller_transaction(self.using)
-        try:
-            taken = self._admit(scope, 1, priority, self._now())
-        except CapacityReached:
-            # A repeat of an earlier submission adds nothing: it is answered, not refused.
-            earlier = None
-            if submission.idempotency_key is not None:
-                earlier = self._existing(op, scope, row.key, row.proposal)
-            if earlier is None:
-                raise
-            return self._annotate(earlier)
 
         def write() -> Job:
             now = self._now()
@@ -216,7 +202,17 @@ class SubmissionMixin(QuotaMixin):
             ((held, built),) = enqueue(self.using, fields, [row], notify=queue)
             return self._owned(self._held(op, scope, row, held), built, now)
 
-        try:
+        with quotas.counted() as taken:  # given back if the write is refused or fails
+            try:
+                taken += self._admit(scope, 1, priority, self._now())
+            except CapacityReached:
+                # A repeat of an earlier submission adds nothing: it is answered, not refused.
+                earlier = None
+                if submission.idempotency_key is not None:
+                    earlier = self._existing(op, scope, row.key, row.proposal)
+                if earlier is None:
+                    raise
+                return self._annotate(earlier)
             if in_caller_transaction:
                 if execution is not None:
                     check_execution(execution)
@@ -227,9 +223,6 @@ class SubmissionMixin(QuotaMixin):
             # The insert commits on its own and the read of a taken key changes nothing, so
             # there is no transaction to open: it would only add BEGIN and COMMIT round trips.
             return write()
-        except BaseException:  # refused or failed: the call used no rate window
-            quotas.give_back(taken)
-            raise
 
     def defer_many(
         self,
@@ -260,25 +253,6 @@ class SubmissionMixin(QuotaMixin):
         if not in_caller_transaction:
             refuse_caller_transaction(self.using)  # before the quotas' counts: no SQL at all
         now = self._now()
-        taken: list[quotas.Taken] = []
-        try:
-            for scope, group in _by_scope(rows).items():
-                taken += self._admit(scope, len(group), priority, now)
-            return self._write_many(op, rows, queue, priority, run_after, in_caller_transaction)
-        except BaseException:  # refused or failed: the call used no rate window
-            quotas.give_back(taken)
-            raise
-
-    def _write_many(
-        self,
-        op: str,
-        rows: list[tuple[str, NewRow]],
-        queue: str,
-        priority: int,
-        run_after: datetime | None,
-        in_caller_transaction: bool,
-    ) -> list[Job]:
-        """Write ``defer_many``'s admitted rows; return their jobs in order."""
 
         def write() -> list[Job]:
             now = self._now()
@@ -298,11 +272,14 @@ class SubmissionMixin(QuotaMixin):
                     raise _of_row(exc, index, row.key) from None
             return jobs
 
-        if in_caller_transaction:
-            with transaction.atomic(using=self.using):  # a savepoint: a refusal undoes only this
+        with quotas.counted() as taken:  # given back if the write is refused or fails
+            for scope, group in _by_scope(rows).items():
+                taken += self._admit(scope, len(group), priority, now)
+            if in_caller_transaction:
+                with transaction.atomic(using=self.using):  # a savepoint: a refusal undoes it
+                    return write()
+            with bounded_atomic(self.using):
                 return write()
-        with bounded_atomic(self.using):
-            return write()
 
     def _distinct_rows(self, operation: str, items: list) -> list[tuple[str, NewRow]]:
         """Return each submission's scope and row, a repeated key sharing its first row."""

@@ -308,9 +308,11 @@ class OutcomeMixin(QuotaMixin):
 def result_text(result: Any) -> str:
     """Return ``result`` as JSON text to store, or refuse it (``InputInvalid``).
 
-    The text then passes the rule every stored JSON text passes (``validation.json_text``):
-    what a job returns is refused here, before it reaches a batch, for the same reasons a
-    proposal or a checkpoint is.
+    What a job returns is refused here, before it reaches a batch, for the reasons
+    ``validation.json_text`` refuses stored JSON text. ``canonical_json`` already refuses what
+    is not JSON, NaN and nesting past the limit, and writes no escapes but its own, so of that
+    rule only a lone surrogate (written raw) and the size are left to check: the text is not
+    parsed again on the worker's path.
     """
     if hasattr(result, "__await__") or hasattr(result, "cr_code"):
         validation.json_text(result, "result")  # refuses (and closes) a coroutine
@@ -318,7 +320,8 @@ def result_text(result: Any) -> str:
         text = canonical_json(result)
     except (TypeError, ValueError) as exc:
         raise InputInvalid(f"The result cannot be stored as JSON: {exc}.") from exc
-    return validation.json_text(text, "result")
+    validation.check_size(validation.encodable(text, "result"), "result")
+    return text
 
 
 def refused_result(exc: InputInvalid) -> str:

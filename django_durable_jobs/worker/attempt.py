@@ -129,12 +129,7 @@ def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:
             return Outcome.failed(lease, refused_result(exc))
     if how is ExecutorExit.STOPPED:
         return Outcome.cancelled(lease)
-    return Outcome.failed(lease, message_of(value), **failure_details(value))
-
-
-def message_of(error: Any) -> str:
-    """Return ``error`` as a failure message the store always accepts (``storable_message``)."""
-    return storable_message(error)
+    return Outcome.failed(lease, storable_message(value), **failure_details(value))
 
 
 def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:

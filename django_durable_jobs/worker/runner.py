@@ -27,10 +27,10 @@ from django.db import DatabaseError
 from .. import registry
 from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
-from ..store.outcomes import failure_details
+from ..store.outcomes import failure_details, storable_message
 from ..terminal import printable
 from ..values import Claimed, Outcome
-from .attempt import context_of, message_of, registered_executor, run
+from .attempt import context_of, registered_executor, run
 from .clock import ClockCheck
 from .clock import describe as describe_skew
 from .completer import FLUSH_MAX, Completer, Finished
@@ -348,7 +348,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
             outcome = run(entry.ctx, registered_executor(job.operation))
         except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
             logger.exception("job %s could not be run", lease.job_id)
-            outcome = Outcome.failed(lease, message_of(exc), **failure_details(exc))
+            outcome = Outcome.failed(lease, storable_message(exc), **failure_details(exc))
         outcome = self._timed_out(entry, outcome)
         duration = time.monotonic() - entry.started
         with self.holdings.lock:

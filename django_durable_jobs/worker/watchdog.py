@@ -17,10 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..store.outcomes import storable_message
 from ..terminal import printable
 from ..values import Outcome
 from ..vocabulary import AttemptOutcomeChoice
-from .attempt import message_of
 from .completer import Finished
 from .held import Held, HeldState
 
@@ -116,7 +116,7 @@ def timeout_message(timeout: float, outcome: Outcome | None = None, grace: float
         return f"{head}; it stopped when cancelled."
     if outcome.status == AttemptOutcomeChoice.COMPLETE:
         return f"{head}; it returned later, and its result was discarded."
-    return message_of(f"{head}; then it failed: {outcome.error}")
+    return storable_message(f"{head}; then it failed: {outcome.error}")
 
 
 class TimeoutMixin:

@@ -25,6 +25,7 @@ __all__ = [
     "job_data",
     "schedule_data",
     "schedule_every",
+    "schedule_health",
     "schedule_state",
     "schedule_timing",
 ]
@@ -96,13 +97,20 @@ def schedule_state(row: Schedule) -> str:
     """Return ``removed`` when no live worker declares the schedule, else ``broken`` when this
     host cannot read its row, else ``paused`` or ``active``. A removed schedule enqueues
     nothing, paused or not; a broken one nothing until repaired."""
+    return schedule_health(row)[0]
+
+
+def schedule_health(row: Schedule) -> tuple[str, str | None]:
+    """Return the schedule's state and why this host cannot read its row (None when it can),
+    reading the row once for both."""
     from .schedules import row_problem  # pure
 
+    problem = row_problem(row)
     if row.removed_at is not None:
-        return SCHEDULE_REMOVED
-    if row_problem(row) is not None:
-        return SCHEDULE_BROKEN
-    return SCHEDULE_PAUSED if row.paused_at is not None else SCHEDULE_ACTIVE
+        return SCHEDULE_REMOVED, problem
+    if problem is not None:
+        return SCHEDULE_BROKEN, problem
+    return (SCHEDULE_PAUSED if row.paused_at is not None else SCHEDULE_ACTIVE), None
 
 
 def schedule_every(seconds: int) -> str:
@@ -125,12 +133,13 @@ def schedule_data(row: Schedule, now: datetime) -> dict[str, Any]:
 
     ``next_tick`` is the first tick after ``now`` (None when the schedule is paused, removed or
     broken: it will not tick). ``problem`` says why a row cannot be read here and how to fix it
-    (None when it can; a removed row may have one too). ``last_job_status`` is ``row.last_job_status`` when the read annotated it
-    (``F("last_job__status")``), else the last job's own status.
+    (None when it can; a removed row may have one too). ``last_job_status`` is
+    ``row.last_job_status`` when the read annotated it (``F("last_job__status")``), else the
+    last job's own status.
     """
-    from .schedules import next_tick, row_problem  # pure tick arithmetic
+    from .schedules import next_tick  # pure tick arithmetic
 
-    state = schedule_state(row)
+    state, problem = schedule_health(row)
     if hasattr(row, "last_job_status"):
         last_status = row.last_job_status
     else:
@@ -149,7 +158,7 @@ def schedule_data(row: Schedule, now: datetime) -> dict[str, Any]:
         "catch_up": row.catch_up,
         "catch_up_limit": row.catch_up_limit,
         "state": state,
-        "problem": row_problem(row),
+        "problem": problem,
         "paused_at": row.paused_at,
         "paused_by": row.paused_by or None,
         "removed_at": row.removed_at,

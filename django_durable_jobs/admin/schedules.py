@@ -159,9 +159,8 @@ class ScheduleAdmin(ReadOnlyAdmin):
         return self._state(obj, short=False)
 
     def _state(self, obj: Schedule, *, short: bool):
-        state = rows.schedule_state(obj)
+        state, problem = rows.schedule_health(obj)
         badge = fmt.badge(STATE_WORDS[state], STATE_COLOURS[state])
-        problem = schedules.row_problem(obj)
         if problem is None:
             return badge
         if not short:

@@ -75,30 +75,42 @@ def scope(value: Any) -> str:
     configured = _configured_scopes()
     if value in configured:
         return value
+    refusal = _scope_refusal(value, configured)
+    if refusal is not None:
+        raise InputInvalid(refusal)
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _scope_refusal(value: str, configured: frozenset[str]) -> str | None:
+    """Return why ``value`` is refused as a scope beside the ``configured`` ones, or None.
+
+    Pure, so each name is judged once per configuration, not on every submission.
+    """
     if value != value.strip():
-        raise InputInvalid(
+        return (
             f"A scope may not begin or end with whitespace; got {value!r}. Use {value.strip()!r}."
         )
     normal = unicodedata.normalize("NFKC", value)
     if normal != value:
-        raise InputInvalid(
+        return (
             f"Scope {value!r} holds compatibility characters (full-width letters, ligatures and "
             f"the like); use its normal form {normal!r}."
         )
     scripts = _scripts(value)
     if len(scripts) > 1 and not any(scripts <= mix for mix in _SCRIPT_MIXES):
-        raise InputInvalid(
+        return (
             f"Scope {value!r} mixes letters of the scripts {', '.join(sorted(scripts))}, which "
             f"can make one name look like another; write it in one script."
         )
     twin = _look_alikes(configured).get(_skeleton(value))
     if twin is not None:
-        raise InputInvalid(
+        return (
             f"Scope {value!r} looks like the configured scope {twin!r} but is not it; use "
             f"{twin!r}, or configure {value!r} in DURABLE_JOBS['SCOPE_QUOTAS'] if it is meant "
             f"to be another scope."
         )
-    return value
+    return None
 
 
 # Scripts one name may mix without looking like another (Unicode's "highly restrictive" level).

@@ -30,6 +30,7 @@ from .vocabulary import (
 __all__ = [
     "ApiToken",
     "CapacityGate",
+    "Dashboard",
     "Job",
     "JobAttempt",
     "JobStatus",
@@ -68,6 +69,9 @@ class Job(models.Model):
     queue = models.CharField(max_length=NAME_MAX, default="default")
     priority = models.SmallIntegerField(default=0)
     run_after = models.DateTimeField()
+    # W3C trace context (JSON {"traceparent": ..., "tracestate": ...}) of the span that enqueued
+    # the job, when OpenTelemetry is installed: kept beside the input, never part of its hash.
+    trace_context = models.TextField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -123,6 +127,16 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class Dashboard(Job):
+    """The operator's overview in the admin: a proxy of :class:`Job`, so the admin index and the
+    app's section link to it, shown to whoever may view jobs. It adds no table and no field."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"
 
 
 class CapacityGate(models.Model):

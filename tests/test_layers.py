@@ -16,14 +16,14 @@ PACKAGE = Path(django_durable_jobs.__file__).resolve().parent
 # Lowest first. A module may import from its own layer and the layers before it.
 LAYERS = [
     {"errors", "conf", "expressions", "humanize", "terminal"},
-    {"validation", "retry", "jsontext"},
+    {"validation", "retry", "jsontext", "tracing"},
     {"vocabulary", "registry"},
     {"values", "execution"},
     {"schedules"},
     {"querysets", "models", "migrations"},
-    {"dbvendor", "transactions", "checks", "rows", "quotas"},
+    {"dbvendor", "transactions", "checks", "rows", "quotas", "stats"},
     {"store"},
-    {"submission", "worker"},
+    {"submission", "worker", "metrics"},
     {"manager"},
     {"admin", "api", "management", "apps", "backends", "__init__"},
 ]

@@ -58,7 +58,8 @@ OPTIONS = frozenset({"DATABASE"})
 class DurableTask(Task):
     """A ``Task`` with this backend's own options, given to ``@task(...)``.
 
-    ``max_attempts`` / ``retry`` (a ``RetryPolicy`` or a number of attempts): automatic retries;
+    ``max_attempts`` (attempts in all, the first included) or ``retry`` (a ``RetryPolicy``):
+    automatic retries;
     ``timeout``: seconds an attempt may run; ``on_expired``: ``"hold"`` or ``"resume"`` an
     expired lease; ``max_running``: jobs of this task running at once; ``idempotency_key``: a
     string, or a callable of the task's arguments returning one, so that the same logical task
@@ -346,11 +347,7 @@ def _task_at(path: str) -> Task | None:
 def _spec_options(task: Task) -> dict[str, Any]:
     if not isinstance(task, DurableTask):
         return {}
-    retry = task.retry
-    if task.max_attempts is not None:
-        if retry is not None:
-            raise InputInvalid("Give max_attempts or retry, not both.")
-        retry = RetryPolicy(max_attempts=task.max_attempts)
+    retry = RetryPolicy.from_options(task.max_attempts, task.retry)
     return {
         "on_expired": task.on_expired,
         "max_running": task.max_running,

@@ -37,10 +37,16 @@ def operation(
     on_expired: str = "hold",
     max_running: int | None = None,
     timeout: float | None = None,
+    max_attempts: int | None = None,
     retry: Any = None,
     schedule: Any = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the executor of operation ``name``.
+
+    ``max_attempts`` retries a failed attempt automatically, with exponential backoff, until
+    the job has run this many times in all: ``max_attempts=3`` is the first attempt and at most
+    two retries. ``retry`` takes a ``RetryPolicy`` to tune the backoff as well; ``retry=3``, the
+    older spelling, also means three attempts in all. Give one of the two, not both.
 
     ``schedule`` submits the operation on a schedule named ``name``: a cron expression, a
     ``timedelta`` (``every(seconds=30)``) or a dict of the keys of a ``DURABLE_JOBS["SCHEDULES"]``
@@ -50,13 +56,12 @@ def operation(
     """
     validation.operation(name)
     _check_options(on_expired, max_running, timeout)
+    policy = RetryPolicy.from_options(max_attempts, retry)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(func):
             raise InputInvalid(f"@operation({name!r}) decorates a function; got {func!r}.")
-        spec = OperationSpec(
-            name, func, on_expired, max_running, timeout, RetryPolicy.of(retry), schedule
-        )
+        spec = OperationSpec(name, func, on_expired, max_running, timeout, policy, schedule)
         with _lock:
             existing = _registry.get(name)
             if existing is not None and existing.func is not func:

@@ -37,12 +37,44 @@ class RetryPolicy:
 
     @classmethod
     def of(cls, value: RetryPolicy | int | None) -> RetryPolicy | None:
-        """Return the policy for ``@operation(retry=...)``: a policy, a max attempt count, or None."""
+        """Return the policy for ``retry=``: a policy, a number of attempts in all, or None.
+
+        A number counts every attempt, the first included: ``retry=3`` runs a job at most three
+        times, as ``max_attempts=3`` does (Celery's ``max_retries=3`` would run it four times).
+        """
         if value is None or isinstance(value, RetryPolicy):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(max_attempts=value)
-        raise InputInvalid(f"retry= takes a RetryPolicy or a number of attempts; got {value!r}.")
+        raise InputInvalid(
+            f"retry= takes a RetryPolicy (or, as max_attempts= does, a number of attempts in "
+            f"all); got {value!r}. Write max_attempts=3 to run a job at most three times."
+        )
+
+    @classmethod
+    def from_options(
+        cls, max_attempts: int | None, retry: RetryPolicy | int | None
+    ) -> RetryPolicy | None:
+        """Return the policy of ``@operation(max_attempts=..., retry=...)``: at most one is given.
+
+        ``max_attempts=N`` counts every attempt, the first included, with the default backoff;
+        ``retry=RetryPolicy(...)`` tunes the backoff too. Both at once would leave one of them
+        ignored, so it is refused.
+        """
+        if max_attempts is None:
+            return cls.of(retry)
+        if retry is not None:
+            raise InputInvalid(
+                f"Give max_attempts or retry, not both (max_attempts={max_attempts!r}, "
+                f"retry={retry!r}): max_attempts=N for the default backoff, or "
+                f"retry=RetryPolicy(max_attempts=N, base_delay=..., max_delay=...) to tune it."
+            )
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+            raise InputInvalid(
+                f"max_attempts is the number of attempts in all, a whole number of at least 1; "
+                f"got {max_attempts!r}."
+            )
+        return cls(max_attempts=max_attempts)
 
     def allows_another(self, attempts: int) -> bool:
         """Return True when a job that failed after ``attempts`` attempts may run again."""

@@ -67,6 +67,45 @@ def test_operation_retry_accepts_a_policy_or_an_attempt_count():
         RetryPolicy.of("three")
 
 
+def test_max_attempts_counts_every_attempt_and_retry_int_means_the_same():
+    assert RetryPolicy.from_options(3, None) == RetryPolicy(max_attempts=3)
+    assert RetryPolicy.from_options(None, 3) == RetryPolicy(max_attempts=3)  # the older spelling
+    policy = RetryPolicy(max_attempts=5, base_delay=2)
+    assert RetryPolicy.from_options(None, policy) is policy
+    assert RetryPolicy.from_options(None, None) is None
+
+
+@pytest.mark.parametrize(
+    ("max_attempts", "retry", "words"),
+    [
+        (3, 3, "not both"),
+        (3, RetryPolicy(max_attempts=3), "not both"),
+        (0, None, "at least 1"),
+        ("3", None, "attempts in all"),
+        (True, None, "attempts in all"),
+    ],
+)
+def test_operation_refuses_both_spellings_at_once_or_a_bad_count(max_attempts, retry, words):
+    with pytest.raises(InputInvalid) as refused:
+        registry.operation("retrying.both", max_attempts=max_attempts, retry=retry)(
+            lambda ctx, payload: None
+        )
+    assert refused.value.code == "E_JOB_INPUT_INVALID"
+    assert words in refused.value.message
+    assert registry.get("retrying.both") is None
+
+
+@pytest.mark.parametrize("spelling", [{"max_attempts": 3}, {"retry": 3}])
+def test_both_spellings_register_three_attempts_in_all(spelling):
+    registry.operation("retrying.spelled", **spelling)(lambda ctx, payload: None)
+    try:
+        policy = registry.get("retrying.spelled").retry
+        assert policy == RetryPolicy(max_attempts=3)
+        assert [policy.allows_another(n) for n in (1, 2, 3)] == [True, True, False]
+    finally:
+        registry.unregister("retrying.spelled")
+
+
 # -- failed jobs come back when the backoff is over ------------------------------------------------
 
 

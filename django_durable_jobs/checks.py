@@ -5,12 +5,35 @@ Not tagged "database": they read settings only, so a plain ``manage.py check`` r
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from . import conf, quotas, schedules, validation
 from .conf import jobs_settings
 from .dbvendor import has_immediate_transactions
+
+# False while ``runjobs --no-schedules`` runs the checks: a worker that runs no scheduler reads no
+# schedule declaration, so a bad one (durable_jobs.E014) must not keep it from starting.
+_schedules_checked: ContextVar[bool] = ContextVar("durable_jobs_schedules_checked", default=True)
+
+
+@contextmanager
+def schedules_unchecked() -> Iterator[None]:
+    """Leave the declared schedules out of the checks run inside the block.
+
+    ``runjobs --no-schedules`` runs its system checks this way: the advice a bad schedule's
+    refusal gives ("use --no-schedules") then works, while ``manage.py check``, ``migrate`` and
+    every other command still report the schedule.
+    """
+    token = _schedules_checked.set(False)
+    try:
+        yield
+    finally:
+        _schedules_checked.reset(token)
 
 
 @register(Tags.compatibility)
@@ -74,11 +97,12 @@ def check_settings(app_configs=None, **kwargs) -> list:
                 id="durable_jobs.E013",
             )
         )
-    for problem in schedules.problems():
+    for problem in schedules.problems() if _schedules_checked.get() else ():
         errors.append(
             Error(
                 problem,
-                hint="See the schedules page of the documentation for the keys and their values.",
+                hint="See the schedules page of the documentation for the keys and their values. "
+                "Until it is fixed, runjobs --no-schedules runs jobs without the scheduler.",
                 id="durable_jobs.E014",
             )
         )

@@ -9,6 +9,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from ...checks import schedules_unchecked
 from ...conf import jobs_settings
 from ...errors import JobError
 from ...terminal import PrintableFormatter, printable
@@ -41,7 +42,15 @@ class Command(BaseCommand):
     def get_check_kwargs(self, options) -> dict:
         # Static checks only (Django 6 also asks each database, e.g. MariaDB its version): the
         # database may not be up yet, and the worker waits for it (worker/startup.py).
+        self.checks_schedules = options.get("schedules", True)
         return {**super().get_check_kwargs(options), "databases": []}
+
+    def check(self, *args, **kwargs) -> None:
+        """Run the system checks, without the schedules' (E014) under ``--no-schedules``."""
+        if getattr(self, "checks_schedules", True):
+            return super().check(*args, **kwargs)
+        with schedules_unchecked():
+            return super().check(*args, **kwargs)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(

@@ -17,12 +17,16 @@ from __future__ import annotations
 from .actions import RequestActions
 from .attempts import JobAttemptAdmin, JobAttemptInline
 from .base import ReadOnlyAdmin
+from .dashboard import DashboardAdmin as DashboardAdmin
 from .filters import (
+    AttentionFilter,
     OperationFilter,
     OwnershipFilter,
     QueueFilter,
+    ScheduledFilter,
     ScheduleFilter,
     ScopeFilter,
+    WorkerStateFilter,
 )
 from .jobs import JobAdmin, JobChangeList
 from .paginator import EstimatedCountPaginator
@@ -32,6 +36,7 @@ from .workers import WorkerProcessAdmin
 
 __all__ = [
     "ApiTokenAdmin",
+    "AttentionFilter",
     "EstimatedCountPaginator",
     "JobAdmin",
     "JobAttemptAdmin",
@@ -44,6 +49,8 @@ __all__ = [
     "RequestActions",
     "ScheduleAdmin",
     "ScheduleFilter",
+    "ScheduledFilter",
     "ScopeFilter",
     "WorkerProcessAdmin",
+    "WorkerStateFilter",
 ]

@@ -1,15 +1,19 @@
-"""List filters of the job admin: ownership computed by the database, cheap value lists, and
-the jobs of a schedule."""
+"""List filters of the job and worker admin: ownership computed by the database, the sets that
+need a person's attention, cheap value lists, scheduled jobs, and workers by state."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.contrib import admin
+from django.db.models import Q
 from django.db.models.functions import Length
+from django.utils import timezone
 
 from .. import registry
 from ..conf import jobs_settings
-from ..models import Job, Schedule
-from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership
+from ..models import Job, Schedule, WorkerProcess
+from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership, WorkerState
 
 STATUSES_OF = {
     Ownership.TERMINAL: sorted(TERMINAL_STATUSES),
@@ -154,3 +158,182 @@ class ScheduleFilter(admin.SimpleListFilter):
         return queryset.alias(key_length=Length("idempotency_key")).filter(
             idempotency_key__startswith=prefix, key_length=len(prefix) + TICK_LENGTH
         )
+
+
+# -- what needs a person ---------------------------------------------------------------------------
+
+HOLD_EXPIRED = "hold-expired"
+FAILED_FINAL = "failed-final"
+CANCEL_UNACKNOWLEDGED = "cancel-unacknowledged"
+VANISHED_WORKER = "vanished-worker"
+ATTENTION = {
+    HOLD_EXPIRED: "expired lease, held for a person",
+    FAILED_FINAL: "failed, no retry left",
+    CANCEL_UNACKNOWLEDGED: "cancellation not acknowledged",
+    VANISHED_WORKER: "owner's worker vanished",
+}
+
+
+def stale_workers(now: datetime, using: str) -> Q:
+    """Return the condition of the worker rows that are stale at ``now``, for the database.
+
+    The rule of ``vocabulary.worker_state``: not stopped, and the heartbeat is older than the
+    row's own ``lease_seconds``. Each row has its own lease length, and adding a float column
+    of seconds to a date is said differently by every database; the distinct lease lengths of
+    the workers that have not stopped are few (one per ``--lease`` in use), so they are read
+    first and the condition names each one.
+    """
+    leases = (
+        WorkerProcess.objects.using(using)
+        .filter(stopped_at__isnull=True)
+        .order_by()
+        .values_list("lease_seconds", flat=True)
+        .distinct()
+    )
+    stale = Q(pk__in=[])
+    for seconds in leases:
+        stale |= Q(lease_seconds=seconds, heartbeat_at__lt=now - timedelta(seconds=seconds))
+    return Q(stopped_at__isnull=True) & stale
+
+
+def needs_attention(choice: str, now: datetime, using: str) -> Q:
+    """Return the condition of the jobs in one of the sets that wait for a person.
+
+    - ``hold-expired``: running, owned, the lease expired, and the operation is not registered
+      with ``on_expired="resume"`` (``"hold"`` is the default): no worker takes it back.
+    - ``failed-final``: failed, with no retry request. When the operation's retry policy allows
+      another attempt, the failure itself records a retry request due after the backoff, so a
+      failed job without one never runs again unless somebody asks.
+    - ``cancel-unacknowledged``: running, and its cancellation was requested more than one
+      lease length ago (``DURABLE_JOBS["LEASE_SECONDS"]``): a worker sees a request at its next
+      heartbeat, a third of a lease later, so the executor did not stop when asked.
+    - ``vanished-worker``: running, and its owner is a ``runjobs`` process whose row is stale
+      (not stopped, no heartbeat for longer than its lease).
+    """
+    if choice == HOLD_EXPIRED:
+        return Q(
+            status=JobStatus.RUNNING,
+            owner_id__isnull=False,
+            lease_expires_at__isnull=False,
+            lease_expires_at__lte=now,
+        ) & ~Q(operation__in=sorted(registry.resumable_operations()))
+    if choice == FAILED_FINAL:
+        return Q(status=JobStatus.FAILED, retry_requested_at__isnull=True)
+    if choice == CANCEL_UNACKNOWLEDGED:
+        asked_before = now - timedelta(seconds=jobs_settings.LEASE_SECONDS)
+        return Q(status=JobStatus.RUNNING, cancellation_requested_at__lte=asked_before)
+    if choice == VANISHED_WORKER:
+        owners = WorkerProcess.objects.using(using).filter(stale_workers(now, using))
+        return Q(status=JobStatus.RUNNING, owner_id__in=owners.values("owner_id"))
+    raise admin.options.IncorrectLookupParameters(f"Unknown attention {choice!r}.")
+
+
+class AttentionFilter(admin.SimpleListFilter):
+    """The jobs that wait for a person: ``?attention=<set>``, the dashboard's links.
+
+    The four sets are defined by :func:`needs_attention`.
+    """
+
+    title = "needs attention"
+    parameter_name = "attention"
+
+    def lookups(self, request, model_admin):
+        return list(ATTENTION.items())
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(needs_attention(value, timezone.now(), queryset.db))
+
+
+# -- scheduled jobs --------------------------------------------------------------------------------
+
+SCHEDULED_CHOICES = {
+    "all": "all, completed ticks too",
+    "only": "only scheduled",
+    "hide": "none scheduled",
+}
+# Requests that look for particular jobs: the default hides nothing from them.
+LOOKING_FOR = ("q", ScheduleFilter.parameter_name)
+
+
+class ScheduledFilter(admin.SimpleListFilter):
+    """Show or hide the jobs schedules enqueued (``?scheduled=all|only|hide``).
+
+    A schedule every 30 seconds adds 2,880 jobs a day, which would push everything else off the
+    first page; once such a tick completed, nobody needs to see it to operate. So by default the
+    list hides scheduled jobs that completed, and shows those that failed, run or wait like any
+    other job. A search and a schedule's own list (``?schedule=<name>``) hide nothing.
+    """
+
+    title = "scheduled jobs"
+    parameter_name = "scheduled"
+
+    def lookups(self, request, model_admin):
+        return list(SCHEDULED_CHOICES.items())
+
+    def choices(self, changelist):
+        choices = super().choices(changelist)
+        yield {
+            **next(choices),
+            "display": "completed ticks hidden",
+        }  # Django's "All": this filter's default
+        yield from choices
+
+    def queryset(self, request, queryset):
+        scheduled = Q(idempotency_key__startswith=SCHEDULE_KEY_PREFIX)
+        value = self.value()
+        if value is None:
+            if any(request.GET.get(name) for name in LOOKING_FOR):
+                return queryset
+            return queryset.exclude(scheduled & Q(status=JobStatus.COMPLETE))
+        if value == "all":
+            return queryset
+        if value == "only":
+            return queryset.filter(scheduled)
+        if value == "hide":
+            return queryset.exclude(scheduled)
+        raise admin.options.IncorrectLookupParameters(f"Unknown scheduled choice {value!r}.")
+
+
+# -- workers -----------------------------------------------------------------------------------------
+
+STOPPED_KEPT_IN_VIEW = timedelta(days=1)
+
+
+class WorkerStateFilter(admin.SimpleListFilter):
+    """Workers by state (``?state=alive|stale|stopped|all``), the rule of ``worker_state``.
+
+    Every ``runjobs`` process leaves a row, and its rows are kept, never deleted; by default
+    the list hides those stopped more than a day ago. ``stopped`` and ``all`` show them.
+    """
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [(state, state) for state in WorkerState] + [("all", "all, old stopped too")]
+
+    def choices(self, changelist):
+        choices = super().choices(changelist)
+        yield {
+            **next(choices),
+            "display": "stopped over a day ago hidden",
+        }  # Django's "All": this filter's default
+        yield from choices
+
+    def queryset(self, request, queryset):
+        value, now = self.value(), timezone.now()
+        if value is None:
+            return queryset.exclude(stopped_at__lt=now - STOPPED_KEPT_IN_VIEW)
+        if value == "all":
+            return queryset
+        if value == WorkerState.STOPPED:
+            return queryset.filter(stopped_at__isnull=False)
+        stale = stale_workers(now, queryset.db)
+        if value == WorkerState.STALE:
+            return queryset.filter(stale)
+        if value == WorkerState.ALIVE:
+            return queryset.filter(stopped_at__isnull=True).exclude(stale)
+        raise admin.options.IncorrectLookupParameters(f"Unknown worker state {value!r}.")

@@ -24,7 +24,15 @@ from . import format as fmt
 from .actions import RequestActions
 from .attempts import JobAttemptInline
 from .base import LARGE_TEXT, ReadOnlyAdmin
-from .filters import OperationFilter, OwnershipFilter, QueueFilter, ScheduleFilter, ScopeFilter
+from .filters import (
+    AttentionFilter,
+    OperationFilter,
+    OwnershipFilter,
+    QueueFilter,
+    ScheduledFilter,
+    ScheduleFilter,
+    ScopeFilter,
+)
 from .paginator import EstimatedCountPaginator
 
 # The payload columns the raw view serves, as stored.
@@ -79,10 +87,12 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
     )
     list_filter = (
         "status",
+        AttentionFilter,
         OwnershipFilter,
         OperationFilter,
         ScopeFilter,
         QueueFilter,
+        ScheduledFilter,
         ScheduleFilter,
     )
     search_fields = ("id", "idempotency_key")  # see get_search_results: exact matches only

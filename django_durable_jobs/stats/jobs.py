@@ -1,0 +1,235 @@
+"""The snapshot's job numbers: live rows by ownership, queues, recent outcomes and durations.
+
+Each function is one query whatever the number of operations or queues, and each reads an
+index range bounded by the live work (pending and running rows) or by a recent time window,
+never by the whole table; ``docs/stats.md`` gives the measured cost at a million rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Min, Q
+from django.db.models.functions import Greatest
+
+from ..models import Job, JobAttempt
+from ..vocabulary import AttemptOutcomeChoice, JobStatus
+from .values import HistoryBucket, JobCount, OperationStats, Percentiles, QueueStats
+
+LIVE = [JobStatus.PENDING, JobStatus.RUNNING]
+ENDED = [JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED]
+TERMINAL_WINDOW = timedelta(hours=24)
+OPERATIONS_WINDOW = timedelta(hours=1)
+MINUTES = 60
+HOURS = 24
+# The newest attempts that ended within the operations window, read to measure durations.
+ATTEMPT_SAMPLE = 2000
+RUN_OUTCOMES = {
+    AttemptOutcomeChoice.COMPLETE,
+    AttemptOutcomeChoice.FAILED,
+    AttemptOutcomeChoice.CANCELLED,
+}
+
+
+def live_counts(jobs, now: datetime) -> tuple[list[JobCount], list[QueueStats]]:
+    """Return pending and running rows by operation, queue, status and ownership, and per queue
+    the backlog, the due part of it and the oldest due job.
+
+    The ownership is the app's own assessment in SQL (``JobQuerySet.with_ownership``).
+    """
+    due = Q(status=JobStatus.PENDING, run_after__lte=now)
+    rows = (
+        jobs.filter(status__in=LIVE)
+        .with_ownership(now)
+        .values("operation", "queue", "status", "ownership_sql")
+        .annotate(
+            count=Count("pk"),
+            due=Count("pk", filter=due),
+            oldest_due=Min(Greatest("created_at", "run_after"), filter=due),
+        )
+        .order_by()
+    )
+    counts, queues = [], defaultdict(lambda: {"pending": 0, "due": 0, "running": 0, "oldest": None})
+    for row in rows:
+        counts.append(
+            JobCount(
+                row["operation"], row["queue"], row["status"], row["ownership_sql"], row["count"]
+            )
+        )
+        queue = queues[row["queue"]]
+        queue[row["status"]] += row["count"]
+        queue["due"] += row["due"]
+        if row["oldest_due"] is not None and (
+            queue["oldest"] is None or row["oldest_due"] < queue["oldest"]
+        ):
+            queue["oldest"] = row["oldest_due"]
+    counts.sort(key=lambda c: (c.operation, c.queue, c.status, c.ownership))
+    return counts, [
+        QueueStats(
+            queue=name,
+            pending=q["pending"],
+            due=q["due"],
+            running=q["running"],
+            oldest_due_at=q["oldest"],
+            lag_seconds=max(0.0, (now - q["oldest"]).total_seconds()) if q["oldest"] else 0.0,
+        )
+        for name, q in sorted(queues.items())
+    ]
+
+
+def terminal_counts(jobs, now: datetime) -> list[tuple[str, str, str, int, int]]:
+    """Return (operation, queue, status, ended in the last 24 hours, ended in the last hour)."""
+    last_hour = Q(completed_at__gte=now - OPERATIONS_WINDOW)
+    rows = (
+        jobs.filter(completed_at__gte=now - TERMINAL_WINDOW, completed_at__lte=now)
+        .filter(status__in=ENDED)
+        .values_list("operation", "queue", "status")
+        .annotate(day=Count("pk"), hour=Count("pk", filter=last_hour))
+        .order_by()
+    )
+    return sorted(rows)
+
+
+def minute_starts(now: datetime) -> list[datetime]:
+    """Return the starts of the 60 one-minute buckets ending with the current minute."""
+    current = now.replace(second=0, microsecond=0)
+    return [current - timedelta(minutes=MINUTES - 1 - i) for i in range(MINUTES)]
+
+
+def hour_starts(now: datetime) -> list[datetime]:
+    """Return the starts of the 24 one-hour buckets ending with the current hour."""
+    current = now.replace(minute=0, second=0, microsecond=0)
+    return [current - timedelta(hours=HOURS - 1 - i) for i in range(HOURS)]
+
+
+def history(jobs, now: datetime) -> tuple[list[HistoryBucket], list[HistoryBucket]]:
+    """Return complete, failed and cancelled jobs per minute over the last hour and per hour
+    over the last day, zeros included, from one aggregate over the completion-time index.
+
+    Buckets are compared as plain time ranges, not truncated in SQL, so every database counts
+    the same way in UTC and no per-row function runs.
+    """
+    minutes = minute_starts(now)
+    hours = hour_starts(now)
+    spans = [(f"m{i}", start, start + timedelta(minutes=1)) for i, start in enumerate(minutes)]
+    spans += [(f"h{i}", start, start + timedelta(hours=1)) for i, start in enumerate(hours)]
+    counts = {
+        name: Count("pk", filter=Q(completed_at__gte=start, completed_at__lt=end))
+        for name, start, end in spans
+    }
+    rows = (
+        jobs.filter(completed_at__gte=hours[0], status__in=ENDED)
+        .values("status")
+        .annotate(**counts)
+        .order_by()
+    )
+    by_status = {row["status"]: row for row in rows}
+
+    def bucket(name: str, start: datetime) -> HistoryBucket:
+        got = {status: by_status.get(status, {}).get(name, 0) for status in ENDED}
+        return HistoryBucket(
+            start, got[JobStatus.COMPLETE], got[JobStatus.FAILED], got[JobStatus.CANCELLED]
+        )
+
+    return (
+        [bucket(f"m{i}", start) for i, start in enumerate(minutes)],
+        [bucket(f"h{i}", start) for i, start in enumerate(hours)],
+    )
+
+
+def attempt_sample(attempts, now: datetime) -> list[dict]:
+    """Return the newest attempts (at most ``ATTEMPT_SAMPLE``) that ended in the last hour,
+    with their job's operation and due time."""
+    return list(
+        attempts.filter(ended_at__gte=now - OPERATIONS_WINDOW, ended_at__lte=now)
+        .order_by("-ended_at", "-id")
+        .values(
+            "epoch",
+            "outcome",
+            "started_at",
+            "ended_at",
+            "job__operation",
+            "job__created_at",
+            "job__run_after",
+        )[:ATTEMPT_SAMPLE]
+    )
+
+
+def percentiles(values: list[float]) -> Percentiles:
+    """Return the nearest-rank 50th, 95th and 99th percentiles of ``values``."""
+    if not values:
+        return Percentiles(0, None, None, None)
+    ordered = sorted(values)
+
+    def rank(p: int) -> float:
+        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+    return Percentiles(len(ordered), rank(50), rank(95), rank(99))
+
+
+def enqueue_to_start(attempt: dict) -> float | None:
+    """Return how long a first attempt's job waited once due, or None when it cannot be told.
+
+    Only a first claim (epoch 1) measures the wait from submission; a job's ``run_after`` moves
+    when an automatic retry is scheduled, and a first attempt whose job's ``run_after`` is now
+    later than its start is left out rather than measured from the wrong time.
+    """
+    started = attempt["started_at"]
+    if (
+        attempt["epoch"] != 1
+        or started is None
+        or attempt["outcome"] == AttemptOutcomeChoice.RELEASED
+    ):
+        return None
+    if attempt["job__run_after"] > started:
+        return None
+    due = max(attempt["job__created_at"], attempt["job__run_after"])
+    return max(0.0, (started - due).total_seconds())
+
+
+def operation_stats(terminal: list[tuple], sample: list[dict]) -> list[OperationStats]:
+    """Return per operation the last hour's outcomes (exact) and durations (from the sample)."""
+    ended: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(ENDED, 0))
+    for operation, _queue, status, _day, hour in terminal:
+        ended[operation][status] += hour
+    waits: dict[str, list[float]] = defaultdict(list)
+    runs: dict[str, list[float]] = defaultdict(list)
+    for attempt in sample:
+        operation = attempt["job__operation"]
+        wait = enqueue_to_start(attempt)
+        if wait is not None:
+            waits[operation].append(wait)
+        if attempt["outcome"] in RUN_OUTCOMES and attempt["started_at"] is not None:
+            runs[operation].append(
+                max(0.0, (attempt["ended_at"] - attempt["started_at"]).total_seconds())
+            )
+    names = sorted({n for n, c in ended.items() if any(c.values())} | set(waits) | set(runs))
+    result = []
+    for name in names:
+        c = ended[name]
+        finished = sum(c.values())
+        result.append(
+            OperationStats(
+                operation=name,
+                finished=finished,
+                complete=c[JobStatus.COMPLETE],
+                failed=c[JobStatus.FAILED],
+                cancelled=c[JobStatus.CANCELLED],
+                failure_rate=c[JobStatus.FAILED] / finished if finished else None,
+                enqueue_to_start=percentiles(waits[name]),
+                run_time=percentiles(runs[name]),
+            )
+        )
+    return result
+
+
+def in_scope_attempts(scope: str | None, using: str):
+    """Return the attempt rows of ``scope``'s jobs (all of them for ``None``)."""
+    attempts = JobAttempt.objects.using(using)
+    return attempts if scope is None else attempts.filter(job__scope=scope)
+
+
+def in_scope_jobs(scope: str | None, using: str):
+    return Job.objects.using(using).in_scope(scope)

@@ -44,6 +44,7 @@ from .reports import AttemptEnd, AttemptReport, log
 from .scheduler import Scheduler, declared
 from .shutdown import ShutdownMixin
 from .startup import until_reachable, wait_for_database
+from .unregistered import notice_unregistered
 from .watchdog import TIMEOUT_GRACE, TimeoutMixin, Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -241,6 +242,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
                 self.report(self.status_line())
             if claimed and not self.drained:
                 continue  # a full batch: more may be waiting
+            notice_unregistered(self)  # drained: warn of due jobs no alive worker runs
             busy = bool(self.holdings)
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:

@@ -254,8 +254,9 @@ SCHEDULED_CHOICES = {
     "only": "only scheduled",
     "hide": "none scheduled",
 }
-# Requests that look for particular jobs: the default hides nothing from them.
-LOOKING_FOR = ("q", ScheduleFilter.parameter_name)
+# Requests that look for particular jobs (a search, a status, a schedule's jobs): the default
+# hides nothing from them, so a count that links to a status sees the list agree with it.
+LOOKING_FOR = ("q", "status__exact", ScheduleFilter.parameter_name)
 
 
 class ScheduledFilter(admin.SimpleListFilter):
@@ -264,7 +265,7 @@ class ScheduledFilter(admin.SimpleListFilter):
     A schedule every 30 seconds adds 2,880 jobs a day, which would push everything else off the
     first page; once such a tick completed, nobody needs to see it to operate. So by default the
     list hides scheduled jobs that completed, and shows those that failed, run or wait like any
-    other job. A search and a schedule's own list (``?schedule=<name>``) hide nothing.
+    other job. A search, a status and a schedule's own list (``?schedule=<name>``) hide nothing.
     """
 
     title = "scheduled jobs"

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import metrics
 from ..errors import InputInvalid, JobCancelled, LeaseLost
 from ..execution import Execution, Identity, bind_write_fence
 from ..validation import JsonTooDeep, loads_strict
@@ -79,12 +80,12 @@ class JobContext:
             text = canonical_json(value)
         except (TypeError, ValueError) as exc:
             raise InputInvalid(f"The checkpoint cannot be stored as JSON: {exc}.") from exc
-        persist(lambda: self.store.checkpoint(self.lease, text), self.retry_until)
+        self._fenced("checkpoint", lambda: self.store.checkpoint(self.lease, text))
         self.checkpoint_value = loads_strict(text)
 
     def progress(self, percent: float) -> None:
         """Report progress (0-100)."""
-        persist(lambda: self.store.progress(self.lease, percent), self.retry_until)
+        self._fenced("progress", lambda: self.store.progress(self.lease, percent))
 
     def complete_atomically(self, mutation: Callable[[Execution], str]) -> str:
         """Write domain data and complete the job in one fenced transaction; return the receipt."""
@@ -104,9 +105,17 @@ class JobContext:
             finally:
                 first = False
 
-        receipt = persist(attempt, self.retry_until)
+        receipt = self._fenced("complete_atomically", attempt)
         self.completed = True
         return receipt
+
+    def _fenced(self, write: str, call: Callable[[], Any]) -> Any:
+        """Return ``call()``, retried while the database restarts; count a ``LeaseLost``."""
+        try:
+            return persist(call, self.retry_until)
+        except LeaseLost:
+            metrics.stale_write_refused(self.operation, write)
+            raise
 
 
 def _stored_json(text: str | None, what: str, job_id: Any) -> Any:

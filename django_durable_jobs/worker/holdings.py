@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
 
+from .. import metrics
 from .connections import reset_broken_connections
 from .held import Held, HeldState, key
 
@@ -99,6 +100,7 @@ def _pass_on(entry: Held, row: Job | None) -> None:
     if row is None:
         if entry.state != HeldState.DONE:
             logger.warning("job %s lease lost", entry.lease.job_id)
+            metrics.stale_write_refused(entry.claim.job.operation, "heartbeat")
         entry.lose()
         return
     entry.expires_at = row.lease_expires_at

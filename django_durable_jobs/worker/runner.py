@@ -24,7 +24,7 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from .. import registry
+from .. import metrics, registry
 from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
 from ..store.outcomes import failure_details, storable_message
@@ -302,6 +302,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
         with self.holdings.lock:
             self.holdings.add(entry)
             self.claimed += 1
+        metrics.claimed(claim.job.operation)
         self.buffer.put(entry)
 
     def _start_job_thread(self) -> None:
@@ -340,6 +341,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
         )
         spec = registry.get(job.operation)
         self._watch(entry, spec.timeout if spec else None)
+        metrics.attempt_started(job, self.store.clock)
         try:
             entry.ctx = context_of(
                 self.store,
@@ -370,6 +372,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
     def _recorded(self, entry: Held, report: AttemptReport) -> None:
         """Forget ``entry`` once its outcome committed (or could not be written)."""
         log(report)
+        metrics.attempt_ended(report)
         with self.holdings.lock:
             self.outcomes[report.outcome] += 1
             self.holdings.finish(entry, report)

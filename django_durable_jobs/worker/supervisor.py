@@ -183,8 +183,10 @@ class Supervisor:
         *,
         burst: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        on_exit: Callable[[int], object] = lambda pid: None,
     ) -> None:
         self.command = command
+        self.on_exit = on_exit  # called with the pid of each child that ended (metrics)
         self.rule = rule or RestartRule()
         self.restarts = Restarts(self.rule)
         self.burst = burst
@@ -312,6 +314,7 @@ class Supervisor:
         process, place.process = place.process, None
         pid, code, lived = process.pid, process.returncode, now - place.started
         place.replaces = pid
+        self.on_exit(pid)
         name = f"worker process {place.number} (pid {pid})"
         if self.stopping:  # ended by a signal: still starting, before its handlers were in
             asked = code == 0 or -code in _STOP_SIGNALS

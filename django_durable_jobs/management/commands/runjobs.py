@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import metrics
 from ...checks import schedules_unchecked
 from ...conf import jobs_settings
 from ...errors import JobError
@@ -27,6 +31,11 @@ from ...worker.supervisor import (
     child_command,
 )
 from ...worker.watchdog import TIMEOUT_GRACE
+
+if TYPE_CHECKING:
+    from ...metrics.serve import Endpoint
+
+T = TypeVar("T")
 
 DURABLE_BACKEND = "django_durable_jobs.backends.DurableJobsBackend"
 
@@ -152,17 +161,44 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database", default=None, help="database alias (default: DURABLE_JOBS['DATABASE'])"
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            metavar="PORT",
+            help="serve Prometheus metrics over HTTP on this port, 1-65535 (default: off; needs "
+            "the metrics extra); with --processes, the parent serves every child's counters summed",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="127.0.0.1",
+            metavar="ADDR",
+            help="the address --metrics-port listens on (default 127.0.0.1, this host only; "
+            "0.0.0.0 for every interface)",
+        )
 
     def handle(self, *args, **options) -> None:
         # Every option is checked here, before a child process, a log handler or the database.
         worker_options = _worker_options(options)
         rule = _restart_rule(options)
+        endpoint = _metrics_endpoint(options)
         _log_to_stderr(options["verbosity"])
         if options["processes"] > 1:
             command = child_command(sys.orig_argv)
-            sys.exit(Supervisor(command, options["processes"], rule, burst=options["burst"]).run())
-        if not Worker.wait_for_database(options["database"], then=_discover_tasks):
-            return  # SIGTERM/SIGINT before the database answered: nothing started
+            with _serving_children(endpoint, options["database"]) as on_exit:
+                supervisor = Supervisor(
+                    command, options["processes"], rule, burst=options["burst"], on_exit=on_exit
+                )
+                sys.exit(supervisor.run())
+        stop_metrics = _serving_worker(endpoint, options["database"])  # up while it waits
+        try:
+            if not Worker.wait_for_database(options["database"], then=_discover_tasks):
+                return  # SIGTERM/SIGINT before the database answered: nothing started
+            self._run(worker_options, options)
+        finally:
+            stop_metrics()
+
+    def _run(self, worker_options: WorkerOptions, options: dict) -> None:
         try:
             worker = Worker(worker_options, report=lambda line: self.stdout.write(printable(line)))
         except (ValueError, JobError) as exc:
@@ -219,6 +255,55 @@ def _worker_options(options: dict) -> WorkerOptions:
         except JobError as exc:
             raise CommandError(refusal(exc)) from exc
     return worker_options
+
+
+def _metrics_endpoint(options: dict) -> Endpoint | None:
+    """Return where ``--metrics-port`` serves (None: metrics off); CommandError when it cannot."""
+    if options["metrics_port"] is None:
+        return None
+    try:
+        metrics.require()
+    except metrics.MetricsUnavailable as exc:
+        raise CommandError(f"--metrics-port: {exc}") from exc
+    from ...metrics.serve import Endpoint
+
+    endpoint = Endpoint(options["metrics_addr"], options["metrics_port"])
+    try:
+        endpoint.validate()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    return endpoint
+
+
+def _serving_children(
+    endpoint: Endpoint | None, using: str | None
+) -> AbstractContextManager[Callable[[int], object]]:
+    """Return the context in which the parent of ``--processes`` serves its children's metrics."""
+    if endpoint is None:
+        return nullcontext(lambda pid: None)
+    from ...metrics.serve import multiprocess
+
+    return _unservable(endpoint, lambda: multiprocess(endpoint, using))
+
+
+def _serving_worker(endpoint: Endpoint | None, using: str | None) -> Callable[[], None]:
+    """Start this worker's metrics (recorded, and served unless a parent serves); return stop."""
+    if endpoint is None:
+        return lambda: None
+    from ...metrics.serve import for_worker
+
+    return _unservable(endpoint, lambda: for_worker(endpoint, using))
+
+
+def _unservable(endpoint: Endpoint, start: Callable[[], T]) -> T:
+    """Return ``start()``; a port that cannot be listened on is a CommandError that says so."""
+    try:
+        return start()
+    except OSError as exc:
+        raise CommandError(
+            f"--metrics-port: cannot listen on {endpoint.addr}:{endpoint.port} ({exc.strerror or exc}); "
+            f"choose a free port, or an address of this host with --metrics-addr."
+        ) from exc
 
 
 def _restart_rule(options: dict) -> RestartRule:

@@ -11,3 +11,8 @@ if find_spec("django_durable_jobs.api") is not None:
     from django_durable_jobs.api import api
 
     urlpatterns.append(path("jobs/api/", api.urls))
+
+if find_spec("django_durable_jobs.api.metrics") is not None:
+    from django_durable_jobs.api.metrics import metrics_view
+
+    urlpatterns.append(path("jobs/metrics", metrics_view, name="durable-jobs-metrics"))

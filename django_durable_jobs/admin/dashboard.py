@@ -89,9 +89,7 @@ class DashboardAdmin(admin.ModelAdmin):
             template = "admin/durable_jobs/dashboard/panels.html"
         else:
             template = "admin/durable_jobs/dashboard/dashboard.html"
-        response = TemplateResponse(request, template, context)
-        response["Cache-Control"] = "no-store"
-        return response
+        return TemplateResponse(request, template, context)  # never cached: admin_view says so
 
     def job_view(self, request, object_id: str):
         """Send an object URL of the dashboard (``<id>/change/``…) to the job's own page."""

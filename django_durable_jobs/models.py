@@ -101,6 +101,12 @@ class Job(models.Model):
                 fields=["scope", "operation", "created_at", "id"], name="durable_jobs_page_idx"
             ),
             models.Index(fields=["created_at", "id"], name="durable_jobs_created_idx"),
+            # The overview's recent outcomes (per minute, per hour, per operation and queue over
+            # the last day) read this range alone, never the table (see docs/stats.md).
+            models.Index(
+                fields=["completed_at", "status", "operation", "queue"],
+                name="durable_jobs_completed_idx",
+            ),
         ]
         permissions = [
             ("cancel_job", "Can request cancellation of a job"),
@@ -171,7 +177,11 @@ class JobAttempt(models.Model):
 
     class Meta:
         ordering = ["job", "epoch", "id"]
-        indexes = [models.Index(fields=["job", "epoch"], name="durable_jobs_attempt_idx")]
+        indexes = [
+            models.Index(fields=["job", "epoch"], name="durable_jobs_attempt_idx"),
+            # The overview's durations read the newest attempts of the last hour from here.
+            models.Index(fields=["ended_at"], name="durable_jobs_attempt_ended_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.epoch} of {self.job_id}: {self.outcome}"

@@ -70,7 +70,7 @@ def snapshot(
     jobs = job_stats.in_scope_jobs(scope, using)
     counts, queues = job_stats.live_counts(jobs, now)
     terminal = job_stats.terminal_counts(jobs, now)
-    per_minute, per_hour = job_stats.history(jobs, now)
+    per_minute, per_hour = job_stats.history(using, scope, now)
     sample = job_stats.attempt_sample(job_stats.in_scope_attempts(scope, using), now)
     leases = lease_values(using)
     workers = worker_stats(using, now, leases, holdings(using))

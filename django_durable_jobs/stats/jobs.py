@@ -11,11 +11,12 @@ import math
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+from django.db import connections
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Greatest
 
 from ..models import Job, JobAttempt
-from ..vocabulary import AttemptOutcomeChoice, JobStatus
+from ..vocabulary import TERMINAL_STATUSES, AttemptOutcomeChoice, JobStatus
 from .values import HistoryBucket, JobCount, OperationStats, Percentiles, QueueStats
 
 LIVE = [JobStatus.PENDING, JobStatus.RUNNING]
@@ -84,12 +85,11 @@ def terminal_counts(jobs, now: datetime) -> list[tuple[str, str, str, int, int]]
     last_hour = Q(completed_at__gte=now - OPERATIONS_WINDOW)
     rows = (
         jobs.filter(completed_at__gte=now - TERMINAL_WINDOW, completed_at__lte=now)
-        .filter(status__in=ENDED)
         .values_list("operation", "queue", "status")
         .annotate(day=Count("pk"), hour=Count("pk", filter=last_hour))
         .order_by()
     )
-    return sorted(rows)
+    return sorted(row for row in rows if row[2] in TERMINAL_STATUSES)
 
 
 def minute_starts(now: datetime) -> list[datetime]:
@@ -104,38 +104,51 @@ def hour_starts(now: datetime) -> list[datetime]:
     return [current - timedelta(hours=HOURS - 1 - i) for i in range(HOURS)]
 
 
-def history(jobs, now: datetime) -> tuple[list[HistoryBucket], list[HistoryBucket]]:
+def history(
+    using: str, scope: str | None, now: datetime
+) -> tuple[list[HistoryBucket], list[HistoryBucket]]:
     """Return complete, failed and cancelled jobs per minute over the last hour and per hour
     over the last day, zeros included, from one aggregate over the completion-time index.
 
     Buckets are compared as plain time ranges, not truncated in SQL, so every database counts
-    the same way in UTC and no per-row function runs.
+    the same way in UTC and no per-row function runs. The statement is written here rather
+    than by the ORM, which spent longer compiling its 84 conditional counts (about 60 ms) than
+    the database spent answering them.
     """
     minutes = minute_starts(now)
     hours = hour_starts(now)
-    spans = [(f"m{i}", start, start + timedelta(minutes=1)) for i, start in enumerate(minutes)]
-    spans += [(f"h{i}", start, start + timedelta(hours=1)) for i, start in enumerate(hours)]
-    counts = {
-        name: Count("pk", filter=Q(completed_at__gte=start, completed_at__lt=end))
-        for name, start, end in spans
-    }
-    rows = (
-        jobs.filter(completed_at__gte=hours[0], status__in=ENDED)
-        .values("status")
-        .annotate(**counts)
-        .order_by()
+    spans = [(start, start + timedelta(minutes=1)) for start in minutes]
+    spans += [(start, start + timedelta(hours=1)) for start in hours]
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    stamp = connection.ops.adapt_datetimefield_value
+    column = quote("completed_at")
+    counts = ", ".join(
+        f"SUM(CASE WHEN {column} >= %s AND {column} < %s THEN 1 ELSE 0 END)" for _ in spans
     )
-    by_status = {row["status"]: row for row in rows}
+    where = f"{column} >= %s"
+    params: list = [stamp(bound) for span in spans for bound in span] + [stamp(hours[0])]
+    if scope is not None:
+        where += f" AND {quote('scope')} = %s"
+        params.append(scope)
+    sql = (
+        f"SELECT {quote('status')}, {counts} FROM {quote(Job._meta.db_table)} "
+        f"WHERE {where} GROUP BY {quote('status')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        by_status = {row[0]: [int(n or 0) for n in row[1:]] for row in cursor.fetchall()}
+    zeros = [0] * len(spans)
 
-    def bucket(name: str, start: datetime) -> HistoryBucket:
-        got = {status: by_status.get(status, {}).get(name, 0) for status in ENDED}
+    def bucket(index: int, start: datetime) -> HistoryBucket:
+        got = {status: by_status.get(status, zeros)[index] for status in ENDED}
         return HistoryBucket(
             start, got[JobStatus.COMPLETE], got[JobStatus.FAILED], got[JobStatus.CANCELLED]
         )
 
     return (
-        [bucket(f"m{i}", start) for i, start in enumerate(minutes)],
-        [bucket(f"h{i}", start) for i, start in enumerate(hours)],
+        [bucket(i, start) for i, start in enumerate(minutes)],
+        [bucket(MINUTES + i, start) for i, start in enumerate(hours)],
     )
 
 
@@ -193,7 +206,8 @@ def operation_stats(terminal: list[tuple], sample: list[dict]) -> list[Operation
     """Return per operation the last hour's outcomes (exact) and durations (from the sample)."""
     ended: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(ENDED, 0))
     for operation, _queue, status, _day, hour in terminal:
-        ended[operation][status] += hour
+        if status in ENDED:
+            ended[operation][status] += hour
     waits: dict[str, list[float]] = defaultdict(list)
     runs: dict[str, list[float]] = defaultdict(list)
     for attempt in sample:

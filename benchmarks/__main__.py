@@ -215,6 +215,7 @@ class Benchmark:
         self.rng = random.Random(args.seed)
         self.serial = 0  # numbers every generated row, so idempotency keys are unique
         self.a, self.b = Side("A", "small"), Side("B", "default")
+        self.history = HISTORY  # terminal rows are spread evenly over this long, up to now
 
     def run(self) -> dict[str, Any]:
         for side in (self.a, self.b):
@@ -349,8 +350,8 @@ class Benchmark:
         encoders = [self.encoder(field) for field in fields]
         quote = side.connection.ops.quote_name
         into = f"{quote(self.table)} ({', '.join(quote(f.column) for f in fields)})"
-        start = timezone.now() - HISTORY
-        step = HISTORY / max(count, 1)
+        start = timezone.now() - self.history
+        step = self.history / max(count, 1)
         done = 0
         started = reported = time.perf_counter()
         while done < count:
@@ -365,6 +366,7 @@ class Benchmark:
                 else:
                     marks = ", ".join(["%s"] * len(fields))
                     cursor.executemany(f"INSERT INTO {into} VALUES ({marks})", rows)
+                self.after_terminal_batch(side, cursor, raw, fields)
             if done == 0:
                 expected = dict(zip((f.attname for f in fields), raw[0], strict=True))
                 found = Job.objects.using(side.alias).filter(pk=expected["id"])
@@ -375,6 +377,9 @@ class Benchmark:
                 reported = time.perf_counter()
                 rate = done / (reported - started)
                 log(f"{self.engine}:   {done:,}/{count:,} rows ({rate:,.0f} rows/s)")
+
+    def after_terminal_batch(self, side: Side, cursor: Any, raw: list[tuple], fields: list) -> None:
+        """Write more rows for a batch of terminal rows, in its transaction (nothing here)."""
 
     def encoder(self, field: Any) -> Callable[[Any], Any]:
         """Return how the driver takes ``field``'s Python value (as Django would send it)."""
@@ -464,6 +469,7 @@ class Benchmark:
                 "queue": QUEUES[n % len(QUEUES)],
                 "priority": 0 if n % 20 else 10,
                 "run_after": created,
+                "trace_context": None,
             }
             yield tuple(values[name] for name in names)
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-WIDTH = 640
+WIDTH = 640  # of the viewBox: a chart drawn 640 px wide shows its text at its CSS size
 ROW = 20  # height of one row of a bar chart
-LABEL_CHARS = 30  # an operation name longer than this is cut in the chart (whole in its title)
+LABEL_WIDTH = 170  # room for the labels of a bar chart's rows
+LABEL_CHARS = 26  # an operation name longer than this is cut in the chart (whole in its title)
 # The ticks of a time axis, in seconds: powers of ten below a minute, then round clock spans.
 TIME_TICKS = (0.001, 0.01, 0.1, 1, 10, 60, 600, 3600, 21600, 86400)
 
@@ -96,12 +97,12 @@ def _short(label: str) -> str:
     return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "\u2026"
 
 
-def _svg(title: str, height: float, body: list, css_class: str) -> SafeString:
+def _svg(title: str, width: int, height: float, body: list, css_class: str) -> SafeString:
     return format_html(
         '<svg class="dj-chart {}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
         "<title>{}</title>{}</svg>",
         css_class,
-        WIDTH,
+        width,
         f"{height:g}",
         title,
         title,
@@ -139,6 +140,7 @@ def stacked_columns(
     series: Sequence[Series],
     *,
     label_every: int = 1,
+    width: int = WIDTH,
     height: float = 190,
     empty: str = "Nothing finished in this window.",
 ) -> SafeString:
@@ -151,20 +153,22 @@ def stacked_columns(
     totals = [sum(s.values[i] for s in series) for i in range(columns)]
     if not columns or not any(totals):
         return _empty(empty)
-    left, right, top, bottom = 40, 8, 26, 22
-    plot_w, plot_h = WIDTH - left - right, height - top - bottom
-    ceiling = nice_ceiling(max(totals))
+    left, right, top, bottom = 36, 8, 26, 22
+    plot_w, plot_h = width - left - right, height - top - bottom
+    step = max(1.0, nice_ceiling(max(totals) / 4))  # counts: whole ticks
+    ticks = math.ceil(max(totals) / step)
+    ceiling = step * ticks
     scale = plot_h / ceiling
     body = _legend([(s.name, s.css_class) for s in series], left, 4)
-    for tick in range(5):
-        value = ceiling * tick / 4
+    for tick in range(ticks + 1):
+        value = step * tick
         y = top + plot_h - value * scale
         body.append(
             format_html(
                 '<line class="dj-grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
                 '<text class="dj-axis" x="{}" y="{}" text-anchor="end">{}</text>',
                 left,
-                WIDTH - right,
+                width - right,
                 f"{y:.1f}",
                 f"{y:.1f}",
                 left - 4,
@@ -217,7 +221,7 @@ def stacked_columns(
                     label,
                 )
             )
-    return _svg(title, height, body, "dj-columns")
+    return _svg(title, width, height, body, "dj-columns")
 
 
 def bars(
@@ -227,6 +231,7 @@ def bars(
     maximum: float | None = None,
     axis=number,
     css_class: str = "dj-s-failed",
+    width: int = WIDTH,
     empty: str = "No jobs finished in this window.",
 ) -> SafeString:
     """Return one horizontal bar per row, scaled to ``maximum`` (a round ceiling by default).
@@ -237,8 +242,8 @@ def bars(
     if not rows:
         return _empty(empty)
     ceiling = maximum or nice_ceiling(max(row.value for row in rows))
-    left, right, top = 200, 110, 20
-    plot_w = WIDTH - left - right
+    left, right, top = LABEL_WIDTH, 64, 20
+    plot_w = width - left - right
     height = top + ROW * len(rows) + 4
     body = []
     for tick in range(5):
@@ -269,7 +274,7 @@ def bars(
                 row.text,
                 f" ({row.detail})" if row.detail else "",
                 y,
-                WIDTH,
+                width,
                 ROW,
                 left - 6,
                 y + 14,
@@ -284,11 +289,15 @@ def bars(
                 row.text,
             )
         )
-    return _svg(title, height, body, "dj-bars")
+    return _svg(title, width, height, body, "dj-bars")
 
 
 def spreads(
-    title: str, rows: Sequence[Spread], *, empty: str = "No attempts in this window."
+    title: str,
+    rows: Sequence[Spread],
+    *,
+    width: int = WIDTH,
+    empty: str = "No attempts in this window.",
 ) -> SafeString:
     """Return one row of percentile marks per operation on a logarithmic time axis.
 
@@ -305,8 +314,8 @@ def spreads(
     high = min([t for t in TIME_TICKS if t >= max(values)], default=TIME_TICKS[-1])
     if high <= low:
         high = TIME_TICKS[TIME_TICKS.index(low) + 1] if low < TIME_TICKS[-1] else low * 10
-    left, right, top = 200, 60, 34
-    plot_w = WIDTH - left - right
+    left, right, top = LABEL_WIDTH, 56, 34
+    plot_w = width - left - right
     height = top + ROW * len(rows) + 4
 
     def x_of(seconds: float) -> float:
@@ -357,7 +366,7 @@ def spreads(
                 summary,
                 f" ({row.detail})" if row.detail else "",
                 y,
-                WIDTH,
+                width,
                 ROW,
                 left - 6,
                 y + 14,
@@ -368,4 +377,4 @@ def spreads(
                 duration(last),
             )
         )
-    return _svg(title, height, body, "dj-spreads")
+    return _svg(title, width, height, body, "dj-spreads")

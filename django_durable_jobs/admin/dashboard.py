@@ -39,6 +39,8 @@ NOW_COLUMNS = (
     ("legacy", None, Ownership.LEGACY_UNKNOWN),
 )
 ENDED_COLUMNS = (JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED)
+# The charts sit two abreast at 1,280 px, each about 430 px wide: text keeps its size.
+CHART_WIDTH = 460
 OUTCOME_SERIES = (
     ("complete", "dj-s-complete"),
     ("failed", "dj-s-failed"),
@@ -215,6 +217,7 @@ def _charts(snapshot: stats.Snapshot) -> dict:
             ],
             maximum=1.0,
             axis=charts.percent,
+            width=CHART_WIDTH,
         ),
         "enqueue_to_start": _spreads(
             "Enqueue to start per operation, last hour", snapshot, "enqueue_to_start"
@@ -229,7 +232,7 @@ def _history(title: str, buckets, fmt: str, every: int):
         charts.Series(name, css, [getattr(b, name) for b in buckets])
         for name, css in OUTCOME_SERIES
     ]
-    return charts.stacked_columns(title, labels, series, label_every=every)
+    return charts.stacked_columns(title, labels, series, label_every=every, width=CHART_WIDTH)
 
 
 def _spreads(title: str, snapshot: stats.Snapshot, field: str):
@@ -244,4 +247,4 @@ def _spreads(title: str, snapshot: stats.Snapshot, field: str):
                     f"{p.count} sampled",
                 )
             )
-    return charts.spreads(title, rows)
+    return charts.spreads(title, rows, width=CHART_WIDTH)

@@ -33,6 +33,11 @@ def viewer(client, django_user_model):
 
 @pytest.fixture
 def mix():
+    """The prepared mix of :func:`write_mix`."""
+    return write_mix()
+
+
+def write_mix() -> dict:
     """Write a mix through the store: waiting, running, expired, ended; an alive and a vanished
     worker. Return the ids of the jobs the attention list names."""
     past = FakeClock(now=timezone.now() - timedelta(minutes=30))

@@ -78,6 +78,7 @@ class Recorder:
         )
         # Label children by operation, so that the hot path is a dict lookup and an increment.
         self._per_operation: dict[str, tuple[Any, Any, Any]] = {}
+        self._ended: dict[tuple[str, str], Any] = {}
 
     def _children(self, operation: str) -> tuple[Any, Any, Any]:
         children = self._per_operation.get(operation)
@@ -102,8 +103,11 @@ class Recorder:
         self._children(job.operation)[2].observe(max((clock() - due).total_seconds(), 0.0))
 
     def attempt_ended(self, report: AttemptReport) -> None:
-        operation, outcome = report.operation, str(report.outcome)
-        self.attempts.labels(operation, outcome).inc()
+        operation, outcome = report.operation, report.outcome
+        ended = self._ended.get((operation, outcome))
+        if ended is None:
+            ended = self._ended[(operation, outcome)] = self.attempts.labels(operation, outcome)
+        ended.inc()
         if outcome == RELEASED:  # never started
             return
         self._children(operation)[1].observe(report.duration)

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .. import quotas, validation
+from .. import quotas, tracing, validation
 from ..errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
 from ..execution import Execution
 from ..models import Job
@@ -97,8 +97,9 @@ class SubmissionMixin(QuotaMixin):
         queue: str,
         priority: int,
         run_after: datetime | None,
+        trace_context: str | None,
     ) -> dict[str, Any]:
-        """Return the columns a call's pending rows share."""
+        """Return the columns a call's pending rows share (one enqueue span's context too)."""
         return {
             "operation": operation,
             "scope": scope,
@@ -107,6 +108,7 @@ class SubmissionMixin(QuotaMixin):
             "run_after": now if run_after is None else run_after,
             "queue": queue,
             "priority": priority,
+            "trace_context": trace_context,
         }
 
     def _schedule(self, queue: Any, priority: Any, run_after: Any) -> tuple[str, int]:
@@ -130,9 +132,14 @@ class SubmissionMixin(QuotaMixin):
         scope, row = self._row(submission, job_id)
         cap = self._capacity(op, max_running)
         # The rate counted is given back if anything refuses or fails, the COMMIT included.
-        with quotas.counted() as taken, bounded_atomic(self.using):
+        with (
+            tracing.producer(op, queue="default", scope=scope) as sending,
+            quotas.counted() as taken,
+            bounded_atomic(self.using),
+        ):
             now = self._now()
-            if self._existing(op, scope, row.key, row.proposal) is not None:
+            if (earlier := self._existing(op, scope, row.key, row.proposal)) is not None:
+                sending.sent(earlier.pk, earlier.trace_context)
                 return None
             self._require_capacity(op, cap)
             self._require_scope_capacity(scope)
@@ -151,9 +158,11 @@ class SubmissionMixin(QuotaMixin):
                 "heartbeat_at": now,
                 "claimed_at": now,
                 "claimed_by": self.actor or "",
+                "trace_context": sending.carrier,
             }
             ((held, _),) = enqueue(self.using, fields, [row])
             job = self._held(op, scope, row, held)
+            sending.sent(job.pk, job.trace_context)
             if job.pk != row.pk or job.owner_id != self.owner_id:
                 return None  # an identical submission committed first
         return Lease(job_id=row.pk, owner_id=self.owner_id, epoch=1, expires_at=expires)
@@ -198,11 +207,16 @@ class SubmissionMixin(QuotaMixin):
 
         def write() -> Job:
             now = self._now()
-            fields = self._pending(op, scope, now, queue, priority, run_after)
+            fields = self._pending(op, scope, now, queue, priority, run_after, sending.carrier)
             ((held, built),) = enqueue(self.using, fields, [row], notify=queue)
-            return self._owned(self._held(op, scope, row, held), built, now)
+            job = self._owned(self._held(op, scope, row, held), built, now)
+            sending.sent(job.pk, job.trace_context)
+            return job
 
-        with quotas.counted() as taken:  # given back if the write is refused or fails
+        with (
+            tracing.producer(op, queue=queue, scope=scope) as sending,
+            quotas.counted() as taken,  # given back if the write is refused or fails
+        ):
             try:
                 taken += self._admit(scope, 1, priority, self._now())
             except CapacityReached:
@@ -212,6 +226,7 @@ class SubmissionMixin(QuotaMixin):
                     earlier = self._existing(op, scope, row.key, row.proposal)
                 if earlier is None:
                     raise
+                sending.sent(earlier.pk, earlier.trace_context)
                 return self._annotate(earlier)
             if in_caller_transaction:
                 if execution is not None:
@@ -258,7 +273,7 @@ class SubmissionMixin(QuotaMixin):
             now = self._now()
             held: dict[tuple[str, str], tuple[Job | None, bool]] = {}
             for scope, group in _by_scope(rows).items():
-                fields = self._pending(op, scope, now, queue, priority, run_after)
+                fields = self._pending(op, scope, now, queue, priority, run_after, sending.carrier)
                 found = enqueue(self.using, fields, group, notify=queue)
                 held.update(
                     ((scope, row.key), pair) for row, pair in zip(group, found, strict=True)
@@ -270,9 +285,15 @@ class SubmissionMixin(QuotaMixin):
                     jobs.append(self._owned(self._held(op, scope, row, job), built, now))
                 except JobError as exc:
                     raise _of_row(exc, index, row.key) from None
+            sending.sent_many(job.trace_context for job in jobs)
             return jobs
 
-        with quotas.counted() as taken:  # given back if the write is refused or fails
+        # One producer span for the call: its jobs share its context.
+        span_scope = ",".join(sorted({scope for scope, _ in rows})) if tracing.installed() else ""
+        with (
+            tracing.producer(op, queue=queue, scope=span_scope, count=len(items)) as sending,
+            quotas.counted() as taken,  # given back if the write is refused or fails
+        ):
             for scope, group in _by_scope(rows).items():
                 taken += self._admit(scope, len(group), priority, now)
             if in_caller_transaction:

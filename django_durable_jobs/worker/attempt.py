@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
-from .. import registry
+from .. import registry, tracing
 from ..errors import InputInvalid, JobCancelled
 from ..store.outcomes import failure_details, refused_result, result_text, storable_message
 from ..values import Claimed, Lease, Outcome
@@ -43,6 +43,15 @@ class ExecutorExit(Enum):
     RAISED = auto()  # → failed, with the exception's message
     STOPPED = auto()  # raised JobCancelled → cancelled (failed without a recorded request)
     COMPLETED_ITSELF = auto()  # ctx.complete_atomically wrote the outcome already
+
+
+# What an attempt's span says of how the executor ended.
+_TRACED = {
+    ExecutorExit.RETURNED: "complete",
+    ExecutorExit.COMPLETED_ITSELF: "complete",
+    ExecutorExit.RAISED: "failed",
+    ExecutorExit.STOPPED: "cancelled",
+}
 
 
 def context_of(
@@ -86,8 +95,13 @@ def run(ctx: JobContext, executor: Executor) -> Outcome | None:
     """Run ``executor(ctx)`` and return the outcome to record, or None when it recorded its own.
 
     Nothing is written here: the worker records outcomes in batches (``record_outcomes``).
+    The attempt's consumer span (``tracing``) is current while the executor runs.
     """
-    how, value = _call(executor, ctx)
+    with tracing.consumer(ctx._job) as span:
+        how, value = _call(executor, ctx)
+        span.ended(
+            _TRACED[how], value if how is ExecutorExit.RAISED else None, lease_lost=ctx.lease_lost
+        )
     if how is ExecutorExit.COMPLETED_ITSELF:
         return None
     return outcome_of(ctx.lease, how, value)

@@ -37,6 +37,7 @@ class JobContext:
     ) -> None:
         self.store = store
         self.lease = lease
+        self._job = job  # the row as claimed: its attempt's span reads queue and trace context
         self.job_id = job.pk
         self.operation = job.operation
         self.attempt = job.attempts

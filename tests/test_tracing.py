@@ -131,6 +131,20 @@ def test_tracing_leaves_the_proposal_and_its_hash_alone(spans):
     assert Job.objects.get(pk=traced.pk).trace_context == rows[traced.pk].trace_context
 
 
+def test_a_django_tasks_enqueue_is_a_producer_span_under_the_callers_span(spans):
+    pytest.importorskip("django.tasks")
+    from tests.testapp import tasks
+
+    with spans.tracer.start_as_current_span("POST /orders") as request:
+        result = tasks.add.using(queue_name="fast").enqueue(2, b=3)
+
+    (producer,) = _of(spans, SpanKind.PRODUCER)
+    assert producer.name == "send fast"
+    assert producer.parent.span_id == request.get_span_context().span_id
+    assert producer.attributes["messaging.message.id"] == str(result.id)
+    assert _carrier_span_id(Job.objects.get(pk=result.id)) == producer.context.span_id
+
+
 def test_a_coalesced_resubmission_makes_no_job_and_its_span_links_to_the_first(spans):
     first = submit("tests.noop", {"n": 1}, idempotency_key="k")
     second = submit("tests.noop", {"n": 1}, idempotency_key="k")

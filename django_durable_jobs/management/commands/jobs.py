@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import F
 from django.utils import timezone
 
-from ... import validation
+from ... import stats, validation
 from ...conf import jobs_settings
 from ...errors import InputInvalid, JobError, NotReclaimable
 from ...models import Job, JobAttempt, Schedule
@@ -27,10 +27,13 @@ from ...store.schedules import ScheduleNotFound
 from ...terminal import printable
 from ...vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from . import _jobs_format as fmt
+from ._stats_format import stats_text
 
 API_MISSING = "the REST API is not installed (django_durable_jobs.api.cli is missing)"
 RAW_FIELDS = ("proposal", "checkpoint", "result")  # what ``jobs show ID --raw`` prints
 LIMIT_MAX = 10_000  # rows of one ``jobs list``; page with --status/--operation/... for more
+# ``jobs list --order``: newest first for triage; oldest first is the REST API's page order.
+ORDERS = {"newest": ("-created_at", "-id"), "oldest": ("created_at", "id")}
 
 
 class Command(BaseCommand):
@@ -45,7 +48,7 @@ class Command(BaseCommand):
         common.add_argument("--database", help="database alias (default: DURABLE_JOBS DATABASE)")
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
-        ls = sub.add_parser("list", parents=[common], help="list jobs, newest first")
+        ls = sub.add_parser("list", parents=[common], help="list jobs, newest first (see --order)")
         ls.add_argument("--status", choices=JobStatus.values, help="only jobs in this status")
         ls.add_argument(
             "--ownership", choices=OWNERSHIP_STATES, help="only jobs whose lease is in this state"
@@ -59,6 +62,19 @@ class Command(BaseCommand):
             default=50,
             help=f"most rows to show, 1-{LIMIT_MAX} (default 50)",
         )
+        ls.add_argument(
+            "--order",
+            choices=ORDERS,
+            default="newest",
+            help="newest first (the default, for triage) or oldest first (the REST API's order)",
+        )
+
+        stats = sub.add_parser(
+            "stats",
+            parents=[common],
+            help="the overview: queues and lag, jobs by ownership, workers, what needs attention",
+        )
+        stats.add_argument("--scope", help="only this scope's jobs and schedules (workers: all)")
 
         show = sub.add_parser("show", parents=[common], help="every field and attempt of a job")
         show.add_argument("job_id", metavar="ID", help="the job's id (a UUID)")
@@ -118,7 +134,7 @@ class Command(BaseCommand):
             rows = rows.with_ownership(now)
         rows = rows.filter(**filters)
         data = []
-        for job in rows.order_by("-created_at", "-id")[: options["limit"]]:
+        for job in rows.order_by(*ORDERS[options["order"]])[: options["limit"]]:
             job.ownership = job.ownership_sql  # the database's assessment at ``now``
             data.append(fmt.list_row(job, now))
         if options["json"]:
@@ -127,6 +143,20 @@ class Command(BaseCommand):
             self.stdout.write(fmt.table(data, now))
         else:
             self.stdout.write("No jobs match.")
+
+    def do_stats(self, store: DurableJobStore, options: dict[str, Any]) -> None:
+        scope = options.get("scope")
+        try:
+            snap = stats.snapshot(scope=scope, using=store.using)
+        except InputInvalid as exc:
+            raise CommandError(
+                f"--scope must be 1-{validation.NAME_MAX} characters of text without control "
+                f"characters; got {scope!r}."
+            ) from exc
+        if options["json"]:
+            self.stdout.write(fmt.dumps(snap.as_dict()))
+        else:
+            self.stdout.write(stats_text(snap))
 
     def do_show(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         job = _get(store, options["job_id"])
@@ -225,7 +255,11 @@ def _list_filters(options: dict[str, Any]) -> dict[str, Any]:
             f"--limit must be a whole number from 1 to {LIMIT_MAX:,}; got {limit!r}."
         )
     # argparse checks the choices of a command line; call_command(status=...) skips argparse.
-    for option, allowed in (("status", JobStatus.values), ("ownership", OWNERSHIP_STATES)):
+    for option, allowed in (
+        ("status", JobStatus.values),
+        ("ownership", OWNERSHIP_STATES),
+        ("order", list(ORDERS)),
+    ):
         value = options[option]
         if value is not None and value not in allowed:
             raise CommandError(f"--{option} must be one of {', '.join(allowed)}; got {value!r}.")

@@ -1,4 +1,4 @@
-"""The endpoints: submit, list, get, attempts, cancel, retry. Every write goes through the store.
+"""The endpoints: submit, list, stats, get, attempts, cancel, retry. Every write goes through the store.
 
 Each view resolves the caller's scope and works through a ``DurableJobStore`` of that scope, so a
 job of another scope is exactly as invisible as a missing one (404, absent from lists).
@@ -16,7 +16,7 @@ from ninja import Query, Router, Status
 from ninja.errors import AuthorizationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from .. import quotas, registry, validation
+from .. import quotas, registry, stats, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError, ScopeMismatch
 from ..models import Job, JobAttempt
@@ -24,6 +24,7 @@ from ..store import DurableJobStore, RequestResult, Submission
 from ..vocabulary import RequestAnswer
 from . import auth, schemas
 from .errors import JobNotFound, error_body, error_response, internal_error
+from .stats_schemas import StatsOut
 
 CURSOR_SALT = "django_durable_jobs.api.list"
 LIMIT_MAX = 100
@@ -140,6 +141,18 @@ def list_jobs(
         "items": [schemas.summary(row) for row in page.candidates],
         "next_cursor": page.next_cursor,
     }
+
+
+# Declared before ``/jobs/{job_id}``, which would otherwise take "stats" for a job id.
+@router.get(
+    "/jobs/stats",
+    response={200: StatsOut, **READ_ERRORS},
+    summary="The overview of your scope: queues and lag, jobs by ownership, recent outcomes",
+)
+@refusals
+def job_stats(request: HttpRequest):
+    auth.require(request, "view")
+    return stats.snapshot(scope=auth.scope_of(request), using=jobs_settings.DATABASE)
 
 
 @router.get("/jobs/{job_id}", response={200: schemas.JobOut, **READ_ERRORS}, summary="Get a job")

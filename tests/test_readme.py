@@ -20,7 +20,9 @@ from django_durable_jobs import registry
 from tests.settings import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 JOBS_LABEL = "# myapp/jobs.py"
+JOBS_PY = re.compile(r"^# [\w/]*jobs\.py\b")  # a block labelled as a jobs.py module
 BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```", re.M | re.S)
 
 
@@ -33,9 +35,8 @@ def jobs_py_block() -> str:
     return block
 
 
-def import_as_module(code: str, tmp_path, monkeypatch) -> None:
+def import_as_module(code: str, tmp_path, monkeypatch, name: str = "first_day_jobs") -> None:
     """Import ``code`` as Django imports a jobs.py module at start-up (no database access)."""
-    name = "first_day_readme_jobs"
     (tmp_path / f"{name}.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     before = set(registry.all_operations())
@@ -55,6 +56,26 @@ def test_the_quick_starts_jobs_py_imports_without_the_database(tmp_path, monkeyp
     code = jobs_py_block()
     assert "submit(" not in code
     import_as_module(code, tmp_path, monkeypatch)
+
+
+def labelled_jobs_modules() -> list[tuple[str, str]]:
+    found = []
+    for page in PAGES:
+        for block in python_blocks(page.read_text()):
+            if JOBS_PY.match(block):
+                found.append((str(page.relative_to(REPO_ROOT)), block))
+    return found
+
+
+def test_the_docs_label_some_jobs_py_modules():
+    pages = {page for page, _ in labelled_jobs_modules()}
+    assert {"README.md", "docs/index.md", "docs/worker.md"} <= pages
+
+
+def test_every_block_labelled_jobs_py_imports_without_the_database(tmp_path, monkeypatch):
+    for number, (page, code) in enumerate(labelled_jobs_modules()):
+        assert "submit(" not in code, page
+        import_as_module(code, tmp_path, monkeypatch, name=f"first_day_jobs_{number}")
 
 
 def test_a_submit_at_the_top_of_jobs_py_would_need_the_database(tmp_path, monkeypatch):

@@ -116,6 +116,7 @@ bench: $(VENV)/.bench-installed | services
 	$(PY) -m benchmarks.side_by_side $(BENCH_ARGS)
 	$(PY) -m benchmarks
 	$(PY) -m benchmarks.worker_latency
+	$(PY) -m benchmarks.stats
 
 clean:
 	rm -rf $(VENV) $(VENV_DJ52) .pytest_cache .ruff_cache .hypothesis test-output build dist *.egg-info

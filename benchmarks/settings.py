@@ -12,7 +12,8 @@ import os
 
 from benchmarks.databases import database
 
-BENCH_DB_NAME = "bench_durable_jobs"
+# ``python -m benchmarks.stats`` names a database of its own, so the two can run side by side.
+BENCH_DB_NAME = os.environ.get("DURABLE_JOBS_BENCH_DB_NAME") or "bench_durable_jobs"
 SMALL_DB_NAME = "bench_durable_jobs_small"
 
 BENCH_DB = os.environ.get("DURABLE_JOBS_BENCH_DB", "sqlite").strip().lower() or "sqlite"

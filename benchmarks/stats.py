@@ -1,7 +1,7 @@
 """The overview's cost: ``stats.snapshot()`` and ``manage.py jobs stats --json`` at a million rows.
 
-For each selected engine this drops, recreates and migrates ``bench_durable_jobs`` (the database
-of ``python -m benchmarks``, see ``benchmarks/settings.py``) and loads ``--terminal`` finished jobs
+For each selected engine this drops, recreates and migrates a database of its own,
+``bench_durable_jobs_stats`` (``benchmarks/settings.py``), and loads ``--terminal`` finished jobs
 (90% complete, 7% failed, 3% cancelled, six operations, three queues) spread evenly over the last
 ``--days`` days up to now, each with its attempt row: at the defaults, 1,000,000 jobs and as many
 attempts over 30 days, about 33,000 a day and 1,400 an hour, so the windows the snapshot reads
@@ -32,6 +32,8 @@ from typing import Any
 
 from benchmarks.__main__ import ENGINES, SETTINGS_MODULE, Benchmark, log, summary
 from benchmarks.databases import recreate_database, run_per_database
+
+DB_NAME = "bench_durable_jobs_stats"  # dropped and recreated by each run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -71,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def env_for(engine: str) -> dict[str, str]:
         return dict(
-            os.environ, DURABLE_JOBS_BENCH_DB=engine, DJANGO_SETTINGS_MODULE=SETTINGS_MODULE
+            os.environ,
+            DURABLE_JOBS_BENCH_DB=engine,
+            DURABLE_JOBS_BENCH_DB_NAME=os.environ.get("DURABLE_JOBS_BENCH_DB_NAME") or DB_NAME,
+            DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
         )
 
     started = time.perf_counter()

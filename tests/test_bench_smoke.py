@@ -1,4 +1,9 @@
-"""The side-by-side benchmark runs: a tiny run of ours on this test run's database engine.
+"""The benchmarks run: tiny runs of ours on this test run's database engine.
+
+The overview's benchmark (``python -m benchmarks.stats``) loads a few hundred rows into a database
+of its own, ``bench_stats_smoke[_<suffix>]``, dropped afterwards, and prints its table.
+
+The side-by-side benchmark: a tiny run of ours.
 
 It starts ``python -m benchmarks.side_by_side --systems ours`` in a subprocess with a few dozen
 jobs and checks the JSON report it writes: drains by one and by two ``runjobs`` processes with
@@ -61,3 +66,24 @@ def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
     assert ours["latency"]["jobs"] == (5 if db == "postgresql" else 2)
     assert ours["latency"]["start_ms"]["p50"] > 0
     assert "django-durable-jobs" in run.stdout
+
+
+def test_stats_benchmark_smoke_run() -> None:
+    """``python -m benchmarks.stats`` with a few hundred rows, on a database of its own."""
+    db = TEST_DB
+    name = f"bench_stats_smoke{'_' + TEST_DB_SUFFIX if TEST_DB_SUFFIX else ''}"
+    command = [sys.executable, "-m", "benchmarks.stats", "--db", db, "--terminal", "300"]
+    command += ["--runs", "2", "--warmup", "0", "--batch", "100", "--target", "60000"]
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["DURABLE_JOBS_BENCH_DB_NAME"] = name
+    try:
+        run = subprocess.run(
+            command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        recreate_database(db, database(db, name, "DURABLE_JOBS_TEST_DB"), create=False)
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-4000:]}"
+    (row,) = [line.split() for line in run.stdout.splitlines() if line.startswith(db + " ")]
+    assert row[1] == "300"  # finished jobs
+    assert int(row[2]) > 0  # queries of one snapshot
+    assert all(float(ms) > 0 for ms in row[3:7])

@@ -2,8 +2,9 @@
 
 Playwright drives Debian's chromium (see tests/admin/test_browser.py) against ``live_server``.
 The dashboard refreshes every second here: the new job's count appears without a reload (a mark
-left on ``window`` survives), nothing overflows the width, and a screenshot is saved under
-test-output/screenshots/dashboard-<database>.png (and -dark.png, in the admin's dark theme).
+left on ``window`` survives), nothing overflows the width, a hidden tab fetches nothing, and
+screenshots are saved as test-output/screenshots/dashboard-<database>.png (and -dark.png, in the
+admin's dark theme).
 """
 
 from __future__ import annotations
@@ -65,6 +66,13 @@ def submit_elsewhere() -> None:
     thread.join(30)
 
 
+# Playwright cannot hide a tab: make the page's document say it is hidden, and tell it so.
+SET_HIDDEN = """hidden => {
+    Object.defineProperty(document, "hidden", {value: hidden, configurable: true});
+    document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
 def waiting_of(page, operation: str) -> str:
     return page.locator(f'tr[data-name="{operation}"] td.dj-num').first.inner_text()
 
@@ -101,6 +109,18 @@ def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypa
         charts = page.locator("svg.dj-chart").count()
         live_text = page.inner_text("#dj-updated")
         page.screenshot(path=str(shot), full_page=True)
+
+        # A hidden tab fetches nothing and says so; shown again, it updates at once.
+        fetched = []
+        page.evaluate(SET_HIDDEN, True)
+        page.on("request", lambda r: fetched.append(r.url) if "fragment=1" in r.url else None)
+        page.wait_for_timeout(2500)  # two and a half refresh intervals
+        hidden_text, hidden_fetches = page.inner_text("#dj-updated"), len(fetched)
+        page.evaluate(SET_HIDDEN, False)
+        page.wait_for_function(
+            "document.getElementById('dj-updated').textContent.includes('every')"
+        )
+        shown_fetches = len(fetched)
         page.emulate_media(color_scheme="dark")  # the admin's CSS variables turn dark
         page.screenshot(path=str(dark), full_page=True)
 
@@ -110,3 +130,6 @@ def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypa
     assert charts == 5
     assert live_text.startswith("Updated ")
     assert shot.stat().st_size > 0
+    assert "paused while the tab is hidden" in hidden_text
+    assert hidden_fetches == 0
+    assert shown_fetches >= 1

@@ -10,7 +10,7 @@ its container (``viewBox``); nothing is fetched from anywhere.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.utils.html import format_html
@@ -229,7 +229,7 @@ def bars(
     rows: Sequence[Bar],
     *,
     maximum: float | None = None,
-    axis=number,
+    axis: Callable[[float], str] = number,
     css_class: str = "dj-s-failed",
     width: int = WIDTH,
     empty: str = "No jobs finished in this window.",

@@ -84,6 +84,7 @@ def test_a_user_who_may_view_jobs_sees_the_dashboard_and_its_links(viewer):
     assert "no-store" in response["Cache-Control"]
     html = response.content.decode()
     assert "<h1>Dashboard</h1>" in html
+    assert "<title>Dashboard | Django site admin</title>" in html
     assert 'href="/admin/durable_jobs/job/"' in html
     assert 'href="/admin/durable_jobs/workerprocess/"' in html
     for page in ("/admin/", "/admin/durable_jobs/"):

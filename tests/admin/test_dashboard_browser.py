@@ -107,6 +107,10 @@ def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypa
         kept = page.evaluate("window.notReloaded === true")
         scroll_width = page.evaluate("document.documentElement.scrollWidth")
         charts = page.locator("svg.dj-chart").count()
+        # The app's stylesheet was served (live_server serves static files like runserver).
+        styled = page.evaluate(
+            "getComputedStyle(document.querySelector('.dj-panel')).borderTopLeftRadius"
+        )
         live_text = page.inner_text("#dj-updated")
         page.screenshot(path=str(shot), full_page=True)
 
@@ -128,6 +132,7 @@ def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypa
     assert kept, "the page was reloaded instead of refreshed in place"
     assert scroll_width <= WIDTH
     assert charts == 5
+    assert styled == "4px"
     assert live_text.startswith("Updated ")
     assert shot.stat().st_size > 0
     assert "paused while the tab is hidden" in hidden_text

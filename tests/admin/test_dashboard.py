@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from django_durable_jobs import stats
 from django_durable_jobs.store import DurableJobStore
+from tests.schedule_rows import make_schedule
 from tests.support import FakeClock, submission
 
 URL = "/admin/durable_jobs/dashboard/"
@@ -60,6 +61,8 @@ def write_mix() -> dict:
     failed = live.claim(job(live, BUSY, "fast").pk)
     live.fail(failed, "boom")
     live.request_cancel(job(live, HOLD, "default").pk)
+    make_schedule("nightly", paused_at=timezone.now(), paused_by="alice")
+    make_schedule("hourly")
     return {"held": held.job_id, "failed": failed.job_id}
 
 
@@ -136,6 +139,12 @@ def test_the_page_shows_the_mix_counted_from_the_rows(viewer, mix):
     cells = {state: re.findall(r'<td class="dj-num">([^<]+)</td>', row) for state, row in workers}
     # processes, and the leases they hold counted from the jobs (none for stopped ones)
     assert cells == {"alive": ["1", "1"], "stale": ["1", "1"], "stopped": ["0", "&ndash;"]}
+    assert "gone-worker &middot; 1 of 2 &middot; <strong>vanished holding leases</strong>" in html
+    paused = re.search(r'id="dj-paused-h">.*?</section>', html, re.S)[0]
+    assert re.findall(r'<a href="([^"]+)">(\w+)</a>', paused) == [
+        ("/admin/durable_jobs/schedule/?q=nightly", "nightly")
+    ]
+    assert "by alice" in paused
     attention = attention_of(html)
     assert {kind: count for kind, (count, _) in attention.items()} == {
         "hold-expired": 1,

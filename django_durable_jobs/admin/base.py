@@ -12,6 +12,9 @@ from ..conf import jobs_settings
 
 # Payload columns: a list never reads them, however big they are.
 LARGE_TEXT = ("proposal", "checkpoint", "result", "error")
+# The context of a page that needs the whole width (a wide list, a traceback): without the
+# admin's navigation sidebar, which takes a quarter of a 1,280 px screen.
+WIDE = {"is_nav_sidebar_enabled": False}
 
 
 class OnJobsDatabase:

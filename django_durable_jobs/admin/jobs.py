@@ -11,19 +11,18 @@ from collections.abc import Callable
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Subquery
+from django.db.models import Case, OuterRef, Subquery, Value, When
+from django.db.models.functions import Substr
 from django.http import Http404, HttpResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from ..conf import jobs_settings
-from ..humanize import relative
 from ..models import Job, WorkerProcess
-from ..vocabulary import TERMINAL_STATUSES, JobStatus, assess_ownership
+from ..vocabulary import JobStatus, assess_ownership
 from . import format as fmt
 from .actions import RequestActions
-from .attempts import JobAttemptInline
-from .base import LARGE_TEXT, ReadOnlyAdmin
+from .base import LARGE_TEXT, WIDE, ReadOnlyAdmin
+from .columns import JobColumns
 from .filters import (
     AttentionFilter,
     OperationFilter,
@@ -33,20 +32,33 @@ from .filters import (
     ScheduleFilter,
     ScopeFilter,
 )
+from .jobpage import JobPage
 from .paginator import EstimatedCountPaginator
 
 # The payload columns the raw view serves, as stored.
 RAW_FIELDS = ("proposal", "checkpoint", "result")
+# What the list reads of a failed job's error: enough for its first line, cut for display.
+ERROR_HEAD_CHARS = 200
 
 
 class JobChangeList(ChangeList):
     """The job list reads no payload columns: a page of 100 rows stays small however big they are.
 
-    The ownership assessment still reads the proposal inside the database (``ownership_sql``).
+    The ownership assessment still reads the proposal inside the database (``ownership_sql``);
+    of a failed job's error only the first ``ERROR_HEAD_CHARS`` characters are read, for the
+    error column.
     """
 
     def get_queryset(self, request, exclude_parameters=None):
-        return super().get_queryset(request, exclude_parameters).defer(*LARGE_TEXT)
+        head = Substr("error", 1, ERROR_HEAD_CHARS)
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer(*LARGE_TEXT)
+            .annotate(
+                error_head=Case(When(status=JobStatus.FAILED, then=head), default=Value(None))
+            )
+        )
 
 
 def _shown(field: str, render: Callable[..., object], description: str, *, raw: bool = False):
@@ -57,9 +69,19 @@ def _shown(field: str, render: Callable[..., object], description: str, *, raw: 
 
     @admin.display(description=description)
     def show(self, obj: Job):
-        if raw:
-            return render(getattr(obj, field), self.raw_url(obj, field))
-        return render(getattr(obj, field))
+        text = getattr(obj, field)
+        shown = render(text, self.raw_url(obj, field)) if raw else render(text)
+        return fmt.collapsed(shown, text)
+
+    return show
+
+
+def _moment(field: str, description: str):
+    """Return a read-only field showing the time ``job.<field>`` to the second."""
+
+    @admin.display(description=description)
+    def show(self, obj: Job) -> str:
+        return fmt.moment(getattr(obj, field))
 
     return show
 
@@ -70,20 +92,15 @@ def _worker_column(field: str) -> Subquery:
 
 
 @admin.register(Job)
-class JobAdmin(RequestActions, ReadOnlyAdmin):
+class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
     list_display = (
-        "id",
-        "status",
-        "operation",
-        "scope",
-        "ownership_badge",
-        "attempts",
-        "epoch",
-        "progress_bar",
-        "heartbeat_age",
-        "lease_expiry",
-        "claimed_by",
-        "owner_worker",
+        "short_id",
+        "state",
+        "operation_shown",
+        "created",
+        "duration",
+        "lease",
+        "last_error",
     )
     list_filter = (
         "status",
@@ -102,7 +119,7 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     actions = ["request_cancellation", "request_retry"]
-    inlines = [JobAttemptInline]
+    # The attempts are the page's timeline (``jobpage.timeline``), above the fields.
     fieldsets = (
         (
             None,
@@ -127,10 +144,10 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
                 "fields": (
                     "owner_id",
                     "claimed_by",
-                    "claimed_at",
+                    "claimed_at_shown",
                     "fencing_epoch",
                     "attempts",
-                    "heartbeat_at",
+                    "heartbeat_at_shown",
                     "heartbeat_age",
                     "lease_expires_at_shown",
                     "lease_expiry",
@@ -138,15 +155,15 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
             },
         ),
         (
-            "Timeline",
+            "Times",
             {
                 "fields": (
-                    "created_at",
-                    "run_after",
-                    "completed_at",
-                    "cancellation_requested_at",
-                    "retry_requested_at",
-                    "checkpoint_at",
+                    "created_at_shown",
+                    "run_after_shown",
+                    "completed_at_shown",
+                    "cancellation_requested_at_shown",
+                    "retry_requested_at_shown",
+                    "checkpoint_at_shown",
                     "progress_bar",
                 )
             },
@@ -197,51 +214,6 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
             return queryset.filter(idempotency_key=term), False
         return queryset.filter(pk=job_id) | queryset.filter(idempotency_key=term), False
 
-    # -- columns ----------------------------------------------------------------------------------
-
-    @admin.display(description="ownership")
-    def ownership_badge(self, obj: Job):
-        state = getattr(obj, "ownership_sql", None) or assess_ownership(obj, timezone.now())
-        return fmt.ownership_badge(state)
-
-    @admin.display(description="epoch", ordering="fencing_epoch")
-    def epoch(self, obj: Job) -> int:
-        return obj.fencing_epoch
-
-    @admin.display(description="progress", ordering="progress")
-    def progress_bar(self, obj: Job):
-        return fmt.progress_bar(obj.progress)
-
-    @admin.display(description="heartbeat", ordering="heartbeat_at")
-    def heartbeat_age(self, obj: Job) -> str:
-        return relative(obj.heartbeat_at, timezone.now())
-
-    @admin.display(description="lease expires", ordering="lease_expires_at")
-    def lease_expiry(self, obj: Job) -> str:
-        """Return when the lease ends, relative to now; ``-`` unless the job is running.
-
-        A finished job keeps the expiry of its last lease as evidence, but nobody holds that
-        lease any more: "in 6 s" would read as a live one.
-        """
-        if obj.status != JobStatus.RUNNING:
-            return "-"
-        return relative(obj.lease_expires_at, timezone.now())
-
-    def _owner_worker_state(self, obj: Job) -> str | None:
-        if obj.status != JobStatus.RUNNING or not obj.owner_id:
-            return None
-        if hasattr(obj, "worker_heartbeat_at"):  # annotated by get_queryset
-            columns = (obj.worker_heartbeat_at, obj.worker_stopped_at, obj.worker_lease_seconds)
-        else:
-            rows = WorkerProcess.objects.using(jobs_settings.DATABASE).filter(owner_id=obj.owner_id)
-            columns = rows.values_list("heartbeat_at", "stopped_at", "lease_seconds").first()
-        return fmt.owner_worker_state(*(columns or (None, None, None)), timezone.now())
-
-    @admin.display(description="owner worker")
-    def owner_worker(self, obj: Job):
-        state = self._owner_worker_state(obj)
-        return "-" if state is None else fmt.worker_badge(state)
-
     # -- detail fields ----------------------------------------------------------------------------
 
     @admin.display(description="ownership (now)")
@@ -262,15 +234,35 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
         if expires is None:
             return "-"
         if obj.status == JobStatus.RUNNING:
-            return expires.isoformat()
+            return fmt.moment(expires)
         return (
             f"- (no lease is held: the job is {obj.status}; "
-            f"the last one ran to {expires.isoformat()})"
+            f"the last one ran to {fmt.moment(expires)})"
         )
 
-    @admin.display(description="diagnostic error")
+    @admin.display(description="row defect")
     def diagnostic(self, obj: Job) -> str:
+        """Return what is wrong with the stored row (shown only when something is)."""
         return obj.diagnostic_error or "-"
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is not None and obj.diagnostic_error:
+            return self.fieldsets
+        return [
+            (name, {**options, "fields": [f for f in options["fields"] if f != "diagnostic"]})
+            for name, options in self.fieldsets
+        ]
+
+    claimed_at_shown = _moment("claimed_at", "claimed at")
+    heartbeat_at_shown = _moment("heartbeat_at", "heartbeat at")
+    created_at_shown = _moment("created_at", "created at")
+    run_after_shown = _moment("run_after", "run after")
+    completed_at_shown = _moment("completed_at", "completed at")
+    cancellation_requested_at_shown = _moment(
+        "cancellation_requested_at", "cancellation requested at"
+    )
+    retry_requested_at_shown = _moment("retry_requested_at", "retry requested at")
+    checkpoint_at_shown = _moment("checkpoint_at", "checkpoint at")
 
     # The payload columns, each shown pretty-printed and as the exact stored text, both capped;
     # a cut display links to the raw view.
@@ -291,7 +283,7 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
             self.admin_site.admin_view(self.raw_view),
             name="{}_{}_raw".format(*info),
         )
-        return [raw, *super().get_urls()]
+        return [raw, *self.request_urls(), *super().get_urls()]
 
     def raw_url(self, obj: Job, field: str) -> str:
         """Return the URL of the raw view of ``obj``'s stored ``field``."""
@@ -324,32 +316,5 @@ class JobAdmin(RequestActions, ReadOnlyAdmin):
         response["Content-Disposition"] = f'inline; filename="{obj.pk}-{field}.json"'
         return response
 
-    def banners(self, obj: Job) -> list[dict[str, str]]:
-        """Return the warnings a person must see first on the detail page."""
-        found = []
-        if obj.cancellation_requested_at is not None:
-            at = obj.cancellation_requested_at.isoformat()
-            if obj.status in TERMINAL_STATUSES:
-                text = f"Cancellation requested at {at}; the job has ended ({obj.status})."
-            else:
-                text = f"Cancellation requested at {at}; waiting for the owner to stop."
-            found.append({"kind": "cancel", "text": text})
-        if obj.retry_requested_at is not None:
-            at = obj.retry_requested_at.isoformat()
-            found.append(
-                {
-                    "kind": "retry",
-                    "text": f"Retry requested at {at}; a worker will start a new attempt "
-                    f"from {obj.run_after.isoformat()}.",
-                }
-            )
-        diagnostic = obj.diagnostic_error
-        if diagnostic:
-            found.append({"kind": "diagnostic", "text": f"Diagnostic error: {diagnostic}"})
-        return found
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = dict(extra_context or {})
-        obj = self.get_object(request, admin.utils.unquote(object_id))
-        extra_context["durable_jobs_banners"] = self.banners(obj) if obj is not None else []
-        return super().change_view(request, object_id, form_url, extra_context)
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {**(extra_context or {}), **WIDE})

@@ -30,7 +30,9 @@ def _pre(text: str) -> str:
 def test_the_job_page_lists_the_class_and_the_escaped_traceback(root, attempt):
     html = root.get(f"/admin/durable_jobs/job/{attempt.job_id}/change/").content.decode()
     assert "builtins.ValueError" in html
-    assert _pre(attempt.traceback) in html
+    failure = f'<pre class="durable-jobs-failure-traceback">{escape(attempt.traceback)}</pre>'
+    assert failure in html  # the failure at the top of the page
+    assert f'<pre class="durable-jobs-traceback">{escape(attempt.traceback)}</pre>' in html
     assert "<script>alert(1)</script>" not in html
 
 

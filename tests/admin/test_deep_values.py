@@ -155,6 +155,6 @@ def test_deep_rows_written_outside_the_app_are_shown_as_stored_text(root, deep_r
         assert "nested 10,000 levels deep, deeper than the 64 this app reads" in html, name
         assert '<pre class="durable-jobs-raw">[[[[' in html
         assert len(response.content) < PAGE_BYTES_MAX
-        assert "Diagnostic error: " in html, name
+        assert "Row defect: " in html, name
     done = root.get(raw_url(deep_rows["done"].pk, "result"))
     assert done.content == nested_text(10_000).encode("ascii")

@@ -135,9 +135,7 @@ def expected(now: datetime, scope: str | None) -> dict:
         "hold-expired": sum(
             1
             for j in jobs
-            if assess_ownership(j, now) == "expired"
-            and j.operation not in resumable
-            and j.retry_requested_at is None
+            if assess_ownership(j, now) == "expired" and j.operation not in resumable
         ),
         "failed-final": sum(
             1 for j in jobs if j.status == "failed" and j.retry_requested_at is None
@@ -147,7 +145,7 @@ def expected(now: datetime, scope: str | None) -> dict:
             for j in jobs
             if j.status == "running"
             and j.cancellation_requested_at is not None
-            and j.cancellation_requested_at < late
+            and j.cancellation_requested_at <= late
         ),
         "vanished-worker": sum(1 for j in jobs if j.status == "running" and j.owner_id in stale),
     }

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from django_durable_jobs.admin.filters import needs_attention
 from django_durable_jobs.errors import InputInvalid
+from django_durable_jobs.models import Job
 from django_durable_jobs.stats import snapshot
 from tests import stats_mix
 from tests.stats_mix import expected, nearest_rank
@@ -108,6 +110,14 @@ def _states(now):
 
 def _check_attention(now):
     snap = snapshot(now=now)
+    for scope in (None, "alpha", "beta"):
+        listed = {  # what the admin job list's ?attention= filter shows
+            item.kind: Job.objects.in_scope(scope)
+            .filter(needs_attention(item.kind, now, "default"))
+            .count()
+            for item in snapshot(scope=scope, now=now).attention
+        }
+        assert {a.kind: a.count for a in snapshot(scope=scope, now=now).attention} == listed
     assert {a.kind: a.count for a in snap.attention} == {
         "hold-expired": 2,
         "failed-final": 3,

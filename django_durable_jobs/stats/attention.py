@@ -39,12 +39,12 @@ def attention_jobs(
 ):
     """Return the jobs (of every scope) that need a person for the reason ``kind`` names.
 
-    - ``hold-expired``: running, lease expired, no retry requested, and an operation no worker
-      resumes by itself (registered with ``on_expired="hold"``, or not registered here);
+    - ``hold-expired``: running, lease expired, and an operation no worker resumes by itself
+      (registered with ``on_expired="hold"``, or not registered here);
     - ``failed-final``: failed with no retry to come: its retry policy scheduled none (an
       automatic retry is recorded as a retry request) and nobody asked for one;
-    - ``cancel-unacknowledged``: running, with a cancellation request older than one lease
-      (``DURABLE_JOBS['LEASE_SECONDS']``);
+    - ``cancel-unacknowledged``: running, with a cancellation request made one lease
+      (``DURABLE_JOBS['LEASE_SECONDS']``) ago or longer;
     - ``vanished-worker``: running and owned by a worker whose heartbeat is older than its lease.
 
     ``leases`` are the distinct lease lengths of live workers when already read.
@@ -52,16 +52,14 @@ def attention_jobs(
     using = jobs_settings.database(using)
     jobs = Job.objects.using(using)
     if kind == HOLD_EXPIRED:
-        return (
-            jobs.lease_expired(now)
-            .filter(retry_requested_at__isnull=True)
-            .exclude(operation__in=sorted(registry.resumable_operations()))
+        return jobs.lease_expired(now).exclude(
+            operation__in=sorted(registry.resumable_operations())
         )
     if kind == FAILED_FINAL:
         return jobs.filter(status=JobStatus.FAILED, retry_requested_at__isnull=True)
     if kind == CANCEL_UNACKNOWLEDGED:
         late = now - timedelta(seconds=jobs_settings.LEASE_SECONDS)
-        return jobs.filter(status=JobStatus.RUNNING, cancellation_requested_at__lt=late)
+        return jobs.filter(status=JobStatus.RUNNING, cancellation_requested_at__lte=late)
     if kind == VANISHED_WORKER:
         if leases is None:
             leases = lease_values(using)

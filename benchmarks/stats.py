@@ -14,7 +14,8 @@ of each, with the number of queries of one snapshot.
     .venv/bin/python -m benchmarks.stats                      # all three engines, 1,000,000 rows
     .venv/bin/python -m benchmarks.stats --db sqlite --terminal 100000 --explain
 
-Exit 1 when a median is above ``--target`` milliseconds (300), 2 when an engine failed.
+``--reuse`` times again the rows an earlier run left (the windows then end that much earlier
+than now). Exit 1 when a median is above ``--target`` milliseconds (300), 2 when an engine failed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--batch", type=int, default=5000, help="rows per bulk-load transaction (%(default)s)")
     add("--target", type=float, default=300.0, help="exit 1 above this median, ms (%(default)s)")
     add("--explain", action="store_true", help="print each statement's time and plan (stderr)")
+    add(
+        "--reuse",
+        action="store_true",
+        help="time the rows an earlier run loaded (its database must still hold them)",
+    )
     add("--seed", type=int, default=2026, help="seed of the generated rows (%(default)s)")
     add("--child", choices=ENGINES, help=argparse.SUPPRESS)
     add("--result-file", help=argparse.SUPPRESS)
@@ -70,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     options += ["--runs", str(args.runs), "--warmup", str(args.warmup)]
     options += ["--batch", str(args.batch), "--seed", str(args.seed)]
     options += ["--explain"] if args.explain else []
+    options += ["--reuse"] if args.reuse else []
 
     def env_for(engine: str) -> dict[str, str]:
         return dict(
@@ -125,7 +132,8 @@ def run_child(args: argparse.Namespace) -> int:
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
     from benchmarks import settings as bench_settings
 
-    recreate_database(args.child, bench_settings.DATABASES["default"])
+    if not args.reuse:
+        recreate_database(args.child, bench_settings.DATABASES["default"])
     import django
 
     django.setup()
@@ -150,19 +158,21 @@ class StatsBenchmark(Benchmark):
 
         from django_durable_jobs.models import Job
 
-        side = self.b
-        self.seed_live_work(side)
-        self.seed_workers_and_schedules()
-        log(f"{self.engine}: loading {self.args.terminal:,} finished jobs and their attempts")
-        started = time.perf_counter()
-        self.insert_terminal(side, self.args.terminal, progress=True)
-        insert_seconds = time.perf_counter() - started
-        self.analyze(side)
         from django_durable_jobs.models import JobAttempt
 
-        if self.engine == "postgresql":
-            with side.connection.cursor() as cursor:
-                cursor.execute(f'VACUUM (ANALYZE) "{JobAttempt._meta.db_table}"')
+        side = self.b
+        insert_seconds = 0.0
+        if not self.args.reuse:
+            self.seed_live_work(side)
+            self.seed_workers_and_schedules()
+            log(f"{self.engine}: loading {self.args.terminal:,} finished jobs and their attempts")
+            started = time.perf_counter()
+            self.insert_terminal(side, self.args.terminal, progress=True)
+            insert_seconds = time.perf_counter() - started
+            self.analyze(side)
+            if self.engine == "postgresql":
+                with side.connection.cursor() as cursor:
+                    cursor.execute(f'VACUUM (ANALYZE) "{JobAttempt._meta.db_table}"')
         last_day = Job.objects.filter(completed_at__gte=timezone.now() - timedelta(days=1)).count()
         queries = self.count_queries()
         times = self.measure_stats()

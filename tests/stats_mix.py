@@ -163,6 +163,8 @@ def expected(now: datetime, scope: str | None) -> dict:
             if j.status in ENDED and now - timedelta(hours=1) <= j.completed_at <= now
         ),
         "runs": _runs(now, scope),
+        "per_hour": _buckets(jobs, now, timedelta(hours=1), 24),
+        "per_minute": _buckets(jobs, now, timedelta(minutes=1), 60),
         "waits": _waits(now, scope),
     }
 
@@ -196,3 +198,15 @@ def _waits(now: datetime, scope: str | None) -> dict[str, list[float]]:
         due = max(job.created_at, job.run_after)
         waits.setdefault(job.operation, []).append((a.started_at - due).total_seconds())
     return waits
+
+
+def _buckets(jobs: list[Job], now: datetime, size: timedelta, count: int) -> list[tuple]:
+    """Return (complete, failed, cancelled) per bucket of ``size``, the last one holding now."""
+    epoch = datetime(2000, 1, 1, tzinfo=now.tzinfo)
+    current = epoch + (now - epoch) // size * size
+    first = current - size * (count - 1)
+    found = [[0, 0, 0] for _ in range(count)]
+    for j in jobs:
+        if j.status in ENDED and first <= j.completed_at < current + size:
+            found[(j.completed_at - first) // size][ENDED.index(j.status)] += 1
+    return [tuple(b) for b in found]

@@ -58,6 +58,9 @@ def _check_numbers(now, scope):
     terminal = {(t.operation, t.queue, t.status): t.count for t in snap.terminal_last_24h}
     assert terminal == dict(want["day"])
     assert {a.kind: a.count for a in snap.attention} == want["attention"]
+    for key in ("per_hour", "per_minute"):
+        buckets = getattr(snap, f"history_{key}")
+        assert [(b.complete, b.failed, b.cancelled) for b in buckets] == want[key]
     outcomes = {
         (o.operation, status): getattr(o, status)
         for o in snap.operations_last_hour

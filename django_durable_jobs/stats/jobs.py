@@ -104,52 +104,66 @@ def hour_starts(now: datetime) -> list[datetime]:
     return [current - timedelta(hours=HOURS - 1 - i) for i in range(HOURS)]
 
 
+def _bucket_sql(column: str, starts: list[datetime], stamp) -> tuple[str, list]:
+    """Return SQL giving the index of the bucket ``column`` falls in, found by binary search
+    over the buckets' ``starts`` (about log2(n) comparisons per row), with its parameters."""
+    if len(starts) == 1:
+        return "0", []
+    middle = len(starts) // 2
+    low_sql, low_params = _bucket_sql(column, starts[:middle], stamp)
+    high_sql, high_params = _bucket_sql(column, starts[middle:], stamp)
+    sql = f"CASE WHEN {column} >= %s THEN {middle} + ({high_sql}) ELSE ({low_sql}) END"
+    return sql, [stamp(starts[middle]), *high_params, *low_params]
+
+
 def history(
     using: str, scope: str | None, now: datetime
 ) -> tuple[list[HistoryBucket], list[HistoryBucket]]:
     """Return complete, failed and cancelled jobs per minute over the last hour and per hour
     over the last day, zeros included, from one aggregate over the completion-time index.
 
-    Buckets are compared as plain time ranges, not truncated in SQL, so every database counts
-    the same way in UTC and no per-row function runs. The statement is written here rather
-    than by the ORM, which spent longer compiling its 84 conditional counts (about 60 ms) than
-    the database spent answering them.
+    Each row's hour (and, within the last hour, minute) is found by comparing its completion
+    time with the buckets' bounds, so every database counts the same way in UTC and no per-row
+    function runs. The statement is written here rather than by the ORM: a binary search of
+    bounds is a nested CASE the ORM cannot group by, and the ORM's alternative, one conditional
+    count per bucket, compared every row 84 times (0.9 s for a day of 33,000 jobs on SQLite).
     """
     minutes = minute_starts(now)
     hours = hour_starts(now)
-    spans = [(start, start + timedelta(minutes=1)) for start in minutes]
-    spans += [(start, start + timedelta(hours=1)) for start in hours]
     connection = connections[using]
     quote = connection.ops.quote_name
     stamp = connection.ops.adapt_datetimefield_value
     column = quote("completed_at")
-    counts = ", ".join(
-        f"SUM(CASE WHEN {column} >= %s AND {column} < %s THEN 1 ELSE 0 END)" for _ in spans
-    )
-    where = f"{column} >= %s"
-    params: list = [stamp(bound) for span in spans for bound in span] + [stamp(hours[0])]
+    hour_sql, hour_params = _bucket_sql(column, hours, stamp)
+    minute_sql, minute_params = _bucket_sql(column, minutes, stamp)
+    where = f"{column} >= %s AND {column} < %s"
+    params = [*hour_params, stamp(minutes[0]), *minute_params]
+    params += [stamp(hours[0]), stamp(hours[-1] + timedelta(hours=1))]
     if scope is not None:
         where += f" AND {quote('scope')} = %s"
         params.append(scope)
     sql = (
-        f"SELECT {quote('status')}, {counts} FROM {quote(Job._meta.db_table)} "
-        f"WHERE {where} GROUP BY {quote('status')}"
+        f"SELECT {quote('status')}, {hour_sql}, "
+        f"CASE WHEN {column} >= %s THEN {minute_sql} ELSE -1 END, COUNT(*) "
+        f"FROM {quote(Job._meta.db_table)} WHERE {where} GROUP BY 1, 2, 3"
     )
+    per_hour = [dict.fromkeys(ENDED, 0) for _ in hours]
+    per_minute = [dict.fromkeys(ENDED, 0) for _ in minutes]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        by_status = {row[0]: [int(n or 0) for n in row[1:]] for row in cursor.fetchall()}
-    zeros = [0] * len(spans)
+        for status, hour, minute, count in cursor.fetchall():
+            if status in ENDED:
+                per_hour[int(hour)][status] += int(count)
+                if int(minute) >= 0:
+                    per_minute[int(minute)][status] += int(count)
 
-    def bucket(index: int, start: datetime) -> HistoryBucket:
-        got = {status: by_status.get(status, zeros)[index] for status in ENDED}
-        return HistoryBucket(
-            start, got[JobStatus.COMPLETE], got[JobStatus.FAILED], got[JobStatus.CANCELLED]
-        )
+    def buckets(starts: list[datetime], counts: list[dict]) -> list[HistoryBucket]:
+        return [
+            HistoryBucket(start, c[JobStatus.COMPLETE], c[JobStatus.FAILED], c[JobStatus.CANCELLED])
+            for start, c in zip(starts, counts, strict=True)
+        ]
 
-    return (
-        [bucket(i, start) for i, start in enumerate(minutes)],
-        [bucket(MINUTES + i, start) for i, start in enumerate(hours)],
-    )
+    return buckets(minutes, per_minute), buckets(hours, per_hour)
 
 
 def attempt_sample(attempts, now: datetime) -> list[dict]:

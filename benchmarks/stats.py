@@ -156,9 +156,7 @@ class StatsBenchmark(Benchmark):
     def run_stats(self) -> dict[str, Any]:
         from django.utils import timezone
 
-        from django_durable_jobs.models import Job
-
-        from django_durable_jobs.models import JobAttempt
+        from django_durable_jobs.models import Job, JobAttempt
 
         side = self.b
         insert_seconds = 0.0

@@ -95,7 +95,7 @@ class JobColumns:
         now = timezone.now()
         expiry = relative(obj.lease_expires_at, now)
         return format_html(
-            '{} <span title="{}">{}</span><div class="durable-jobs-sub">heartbeat {}</div>'
+            '{} <span class="durable-jobs-name" title="{}">{}</span><div class="durable-jobs-sub">heartbeat {}</div>'
             '<div class="durable-jobs-sub">{} {}</div>',
             fmt.worker_badge(state),
             name,

@@ -61,6 +61,7 @@ def jobs():
     live.complete(live.claim(done.pk), {"sent": 12})
     for n in range(4):
         live.defer("search.reindex_everything_for_a_long_name", submission({"n": n}, key=f"p{n}"))
+    get_user_model().objects.create_superuser("oncall", "oncall@example.com", PASSWORD)
     return {"failed": failed}
 
 
@@ -74,6 +75,8 @@ def _log_in(page, url: str) -> None:
 
 @pytest.fixture
 def browser_page():
+    """Yield a 1,280 x 720 page of Debian's chromium; no ORM call may run while it is open
+    (see ``test_browser.chromium_page``): the test's data is made before it opens."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -89,7 +92,6 @@ def browser_page():
     not __import__("os").access(CHROMIUM, __import__("os").X_OK), reason=f"{CHROMIUM} is missing"
 )
 def test_failed_job_page_and_lists_at_1280_px(live_server, jobs, browser_page):
-    get_user_model().objects.create_superuser("oncall", "oncall@example.com", PASSWORD)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     db = _db_name()
     page = browser_page

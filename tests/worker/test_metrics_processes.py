@@ -2,7 +2,8 @@
 
 With ``--processes 2`` the parent serves what both children recorded, summed: the counters of N
 jobs add up to N whichever child ran them, and stay there after a child is killed and replaced.
-At the parent's exit the directory the children recorded in is gone.
+At the parent's exit the directory the children recorded in is gone. A worker frozen with
+SIGSTOP past its lease counts, once thawed, the lease it lost and the outcome the store refused.
 """
 
 from __future__ import annotations
@@ -124,3 +125,28 @@ def test_a_lone_worker_serves_its_own_counters(workers):
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.logs()
     assert scrape(port) is None  # the endpoint went with it
+
+
+def test_a_frozen_worker_counts_its_lost_lease_and_refused_write(workers, tmp_path):
+    from django_durable_jobs.store import DurableJobStore
+    from django_durable_jobs.vocabulary import Ownership
+
+    job_id = submit("tests.sleep", {"seconds": 1.0, "markers": str(tmp_path)}).pk
+    port = free_port()
+    stale = workers.start("--concurrency", "1", "--no-schedules", "--metrics-port", str(port))
+    wait_for(lambda: (tmp_path / f"started-{job_id}-1").exists(), "attempt 1 to start")
+    stale.stop_between_heartbeats()
+    operator = DurableJobStore()
+    wait_for(lambda: operator.get(job_id).ownership == Ownership.EXPIRED, "the lease to expire")
+    assert operator.request_retry(job_id) is True
+    workers.start("--concurrency", "1", "--no-schedules")
+    wait_for(lambda: Job.objects.get(pk=job_id).status == "complete", "the rescuer to finish")
+
+    stale.send(signal.SIGCONT)
+    stale.wait_for_log(f"job {job_id} tests.sleep attempt=1 epoch=1 outcome=lease-lost")
+    found = scrape(port)
+    assert total(found, "durable_jobs_leases_lost_total", operation="tests.sleep") == 1
+    refused = "durable_jobs_stale_writes_refused_total"
+    assert total(found, refused, operation="tests.sleep", write="outcome") == 1
+    assert total(found, "durable_jobs_attempts_total", outcome="lease-lost") == 1
+    assert total(found, "durable_jobs_attempts_total", outcome="complete") == 0

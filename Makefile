@@ -2,7 +2,7 @@
 #
 #   make demo    example project on embedded SQLite: migrate, narrated demo (needs only Python)
 #   make test    strict docs build, whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite
-#                on Django 5.2 LTS
+#                on Django 5.2 LTS, in two lanes at once (TEST_LANES=1: one after another)
 #                (the PostgreSQL-restart tests only with DURABLE_JOBS_TEST_RESTART_SERVERS=1)
 #   make test-quick  the suite on SQLite only (a few minutes; no database server needed)
 #   make docs    the documentation site, built with mkdocs --strict into test-output/site
@@ -79,8 +79,7 @@ test: $(VENV)/.mysql-installed $(VENV_DJ52)/.installed | services
 	$(VENV)/bin/ruff format --check .
 	$(PY) example_project/manage.py makemigrations --check --dry-run durable_jobs
 	$(PY) -m mkdocs build --strict --quiet --site-dir test-output/site
-	scripts/run-tests $(PY) sqlite postgresql mariadb
-	scripts/run-tests $(PY_DJ52) sqlite
+	scripts/run-suites $(PY) $(PY_DJ52)
 
 # The whole suite on SQLite alone, with the newest Django: a few minutes, no database server.
 test-quick: $(VENV)/.test-installed

@@ -54,4 +54,4 @@ def test_make_test_starts_the_services_and_builds_the_docs_strictly():
     commands = dry_run("test")
     for step in ("scripts/ensure-services", "[mysql]", "mkdocs build --strict"):
         assert step in commands
-    assert commands.index("mkdocs build --strict") < commands.index("scripts/run-tests")
+    assert commands.index("mkdocs build --strict") < commands.index("scripts/run-suites")

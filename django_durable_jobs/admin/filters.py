@@ -12,7 +12,15 @@ from django.utils import timezone
 
 from .. import registry
 from ..conf import jobs_settings
-from ..models import Job, Schedule, WorkerProcess
+from ..models import Job, Schedule
+from ..stats.attention import (
+    CANCEL_UNACKNOWLEDGED,
+    FAILED_FINAL,
+    HOLD_EXPIRED,
+    VANISHED_WORKER,
+    attention_jobs,
+)
+from ..stats.workers import lease_values, stale_q
 from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership, WorkerState
 
 STATUSES_OF = {
@@ -162,10 +170,6 @@ class ScheduleFilter(admin.SimpleListFilter):
 
 # -- what needs a person ---------------------------------------------------------------------------
 
-HOLD_EXPIRED = "hold-expired"
-FAILED_FINAL = "failed-final"
-CANCEL_UNACKNOWLEDGED = "cancel-unacknowledged"
-VANISHED_WORKER = "vanished-worker"
 ATTENTION = {
     HOLD_EXPIRED: "expired lease, held for a person",
     FAILED_FINAL: "failed, no retry left",
@@ -175,63 +179,38 @@ ATTENTION = {
 
 
 def stale_workers(now: datetime, using: str) -> Q:
-    """Return the condition of the worker rows that are stale at ``now``, for the database.
+    """Return the condition of the worker rows that are stale at ``now``.
 
-    The rule of ``vocabulary.worker_state``: not stopped, and the heartbeat is older than the
-    row's own ``lease_seconds``. Each row has its own lease length, and adding a float column
-    of seconds to a date is said differently by every database; the distinct lease lengths of
-    the workers that have not stopped are few (one per ``--lease`` in use), so they are read
-    first and the condition names each one.
+    The rule of ``vocabulary.worker_state`` (not stopped, and the heartbeat is older than the
+    row's own ``lease_seconds``), in SQL as the stats snapshot writes it: one comparison per
+    distinct lease length of the workers that have not stopped, read first (a handful).
     """
-    leases = (
-        WorkerProcess.objects.using(using)
-        .filter(stopped_at__isnull=True)
-        .order_by()
-        .values_list("lease_seconds", flat=True)
-        .distinct()
-    )
-    stale = Q(pk__in=[])
-    for seconds in leases:
-        stale |= Q(lease_seconds=seconds, heartbeat_at__lt=now - timedelta(seconds=seconds))
-    return Q(stopped_at__isnull=True) & stale
+    return stale_q(now, lease_values(using))
 
 
-def needs_attention(choice: str, now: datetime, using: str) -> Q:
-    """Return the condition of the jobs in one of the sets that wait for a person.
-
-    - ``hold-expired``: running, owned, the lease expired, and the operation is not registered
-      with ``on_expired="resume"`` (``"hold"`` is the default): no worker takes it back.
-    - ``failed-final``: failed, with no retry request. When the operation's retry policy allows
-      another attempt, the failure itself records a retry request due after the backoff, so a
-      failed job without one never runs again unless somebody asks.
-    - ``cancel-unacknowledged``: running, and its cancellation was requested more than one
-      lease length ago (``DURABLE_JOBS["LEASE_SECONDS"]``): a worker sees a request at its next
-      heartbeat, a third of a lease later, so the executor did not stop when asked.
-    - ``vanished-worker``: running, and its owner is a ``runjobs`` process whose row is stale
-      (not stopped, no heartbeat for longer than its lease).
-    """
-    if choice == HOLD_EXPIRED:
-        return Q(
-            status=JobStatus.RUNNING,
-            owner_id__isnull=False,
-            lease_expires_at__isnull=False,
-            lease_expires_at__lte=now,
-        ) & ~Q(operation__in=sorted(registry.resumable_operations()))
-    if choice == FAILED_FINAL:
-        return Q(status=JobStatus.FAILED, retry_requested_at__isnull=True)
-    if choice == CANCEL_UNACKNOWLEDGED:
-        asked_before = now - timedelta(seconds=jobs_settings.LEASE_SECONDS)
-        return Q(status=JobStatus.RUNNING, cancellation_requested_at__lte=asked_before)
-    if choice == VANISHED_WORKER:
-        owners = WorkerProcess.objects.using(using).filter(stale_workers(now, using))
-        return Q(status=JobStatus.RUNNING, owner_id__in=owners.values("owner_id"))
-    raise admin.options.IncorrectLookupParameters(f"Unknown attention {choice!r}.")
+def needs_attention(kind: str, now: datetime, using: str) -> Q:
+    """Return the condition of the jobs of one attention ``kind`` (``stats.attention_jobs``)."""
+    if kind not in ATTENTION:
+        raise admin.options.IncorrectLookupParameters(f"Unknown attention {kind!r}.")
+    return Q(pk__in=attention_jobs(kind, now=now, using=using).values("pk"))
 
 
 class AttentionFilter(admin.SimpleListFilter):
-    """The jobs that wait for a person: ``?attention=<set>``, the dashboard's links.
+    """The jobs that wait for a person: ``?attention=<kind>``, the dashboard's links.
 
-    The four sets are defined by :func:`needs_attention`.
+    Each kind has one definition, ``stats.attention_jobs``, which the dashboard counts too, so
+    its numbers and this list agree:
+
+    - ``hold-expired``: running, owned, the lease expired, and the operation is not registered
+      with ``on_expired="resume"`` (``"hold"`` is the default): no worker takes it back;
+    - ``failed-final``: failed, with no retry request. When the operation's retry policy allows
+      another attempt, the failure itself records a retry request due after the backoff, so a
+      failed job without one never runs again unless somebody asks;
+    - ``cancel-unacknowledged``: running, and its cancellation was requested at least one lease
+      length ago (``DURABLE_JOBS["LEASE_SECONDS"]``): a worker sees a request at its next
+      heartbeat, a third of a lease later, so the executor did not stop when asked;
+    - ``vanished-worker``: running, and its owner is a ``runjobs`` process whose row is stale
+      (not stopped, no heartbeat for longer than its lease).
     """
 
     title = "needs attention"

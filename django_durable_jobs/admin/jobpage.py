@@ -305,7 +305,7 @@ class JobPage:
                 "opts": self.opts,
                 "title": question.split("?")[0] + "?",
                 "job": obj,
-                "question": question,
+                "question": question.split("?", 1)[1].strip(),
                 "answer": answer,
                 "page_url": page,
                 "status_badge": fmt.status_badge(obj.status),

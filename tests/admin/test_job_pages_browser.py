@@ -3,8 +3,9 @@
 Playwright drives Debian's chromium (see ``test_browser.py``) against ``live_server``. A failed
 job's page shows the error and the traceback of its last failed attempt within the first 720 px;
 the job list and the worker list show every column without a horizontal scroll. Screenshots
-go to test-output/screenshots/ (``job-failed-<db>.png``, ``job-list-<db>.png``,
-``worker-list-<db>.png``) for a person to look at.
+go to test-output/screenshots/ (``job-failed-<db>.png`` and its dark-theme twin,
+``job-retry-confirm-<db>.png``, ``job-list-<db>.png``, ``worker-list-<db>.png``) for a person to
+look at. The Retry button is clicked through its confirmation as a person would.
 """
 
 from __future__ import annotations
@@ -111,6 +112,22 @@ def test_failed_job_page_and_lists_at_1280_px(live_server, jobs, browser_page):
     page.screenshot(path=str(SCREENSHOTS / f"job-failed-full-{db}.png"), full_page=True)
     assert error is not None and error["y"] < FOLD, error
     assert trace is not None and trace["y"] < FOLD, trace
+
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    page.screenshot(path=str(SCREENSHOTS / f"job-failed-dark-{db}.png"))
+    page.emulate_media(color_scheme="light")
+    page.reload()
+
+    page.click("button.durable-jobs-button-retry")
+    page.wait_for_url("**/request/retry/")
+    page.screenshot(path=str(SCREENSHOTS / f"job-retry-confirm-{db}.png"))
+    page.click("input[type=submit][value='Yes, request a retry']")
+    page.wait_for_url(f"**/{jobs['failed'].pk}/change/")
+    said = page.locator("ul.messagelist li").first.inner_text()
+    banners = " ".join(page.locator(".durable-jobs-banner").all_inner_texts())
+    assert said == f"1 retry request recorded ({jobs['failed'].pk}).", said
+    assert "Retry requested at" in banners
 
     page.goto(f"{live_server.url}/admin/durable_jobs/workerprocess/")
     table = page.locator("#result_list").bounding_box()

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from .. import registry
 from ..humanize import relative
+from ..jsontext import excerpt
 from ..models import Job, JobAttempt, WorkerProcess
 from ..vocabulary import (
     RETRYABLE_STATUSES,
@@ -36,6 +37,9 @@ from .filters import stale_workers
 
 # The newest attempts the timeline shows; the attempt list has every one.
 TIMELINE_ATTEMPTS = 50
+# An error message may be as long as a payload (1 MiB): the page shows its beginning, the failure
+# more of it than each attempt of the timeline; the fields below show up to 64 KiB of it.
+FAILURE_ERROR_BYTES, STEP_ERROR_BYTES = 8_192, 1_024
 RUNNING = "running"  # the outcome shown for the attempt that holds the lease now
 
 OUTCOME_NOTES = {
@@ -77,6 +81,18 @@ class Step:
     @property
     def note(self) -> str:
         return OUTCOME_NOTES.get(self.outcome, "")
+
+    @property
+    def error_shown(self) -> str:
+        return cut(self.error, STEP_ERROR_BYTES)
+
+
+def cut(text: str | None, cap: int) -> str:
+    """Return the beginning of ``text`` (at most ``cap`` UTF-8 bytes), marked when cut."""
+    if not text:
+        return ""
+    shown = excerpt(text, cap)
+    return f"{shown.text}\n{shown.note()}" if shown.truncated else shown.text
 
 
 def _step(attempt: JobAttempt) -> Step:
@@ -120,7 +136,8 @@ def last_failure(job: Job, steps: list[Step]) -> dict[str, Any] | None:
         return None
     failed = next((s for s in steps if s.outcome == AttemptOutcomeChoice.FAILED), None)
     return {
-        "error": job.error or (failed.error if failed else "") or "(no error message was stored)",
+        "error": cut(job.error or (failed.error if failed else ""), FAILURE_ERROR_BYTES)
+        or "(no error message was stored)",
         "error_class": failed.error_class if failed else "",
         "traceback": failed.traceback if failed else None,
         "epoch": failed.epoch if failed else None,

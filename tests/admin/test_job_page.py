@@ -284,3 +284,13 @@ def test_the_page_query_count_does_not_grow_with_the_attempts(root):
         store.request_retry(job.pk)
         store.fail(store.claim_next(operations=["demo.op"])[0], str(n))
     assert page_queries(root, job.pk) == few
+
+
+def test_a_long_error_is_shown_cut_at_the_top_and_in_the_timeline(root, store):
+    job = store.defer("demo.op", submission(key="long"))
+    store.fail(store.claim(job.pk), "E" * 300_000)
+    response = root.get(f"{JOBS}{job.pk}/change/")
+    top = story(response.content.decode())
+    assert "… truncated: showing 8,192 of 300,000 bytes" in top
+    assert "… truncated: showing 1,024 of 300,000 bytes" in top
+    assert len(response.content) < 200_000

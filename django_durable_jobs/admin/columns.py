@@ -31,7 +31,7 @@ class JobColumns:
     @admin.display(description="status", ordering="status")
     def state(self, obj: Job):
         """Return the status badge (with the ownership badge when it says more), the attempt
-        and epoch, and the progress of a job that started.
+        and epoch, and the progress of a running job (or of one that ended short of done).
 
         A terminal job's ownership is always ``terminal``; a pending one is normally
         ``unclaimed`` and a running one ``current``: those go without saying.
@@ -41,7 +41,7 @@ class JobColumns:
         if ownership not in (Ownership.TERMINAL, Ownership.UNCLAIMED, Ownership.CURRENT):
             badges = format_html("{} {}", badges, fmt.ownership_badge(ownership))
         progress = ""
-        if obj.attempts and obj.status != JobStatus.COMPLETE:
+        if obj.status == JobStatus.RUNNING or (obj.progress and obj.status != JobStatus.COMPLETE):
             progress = format_html(
                 '<div class="durable-jobs-sub">{}</div>', fmt.progress_bar(obj.progress)
             )

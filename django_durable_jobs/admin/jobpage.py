@@ -205,16 +205,17 @@ def unregistered_notice(job: Job, using: str, now: datetime) -> str | None:
         (set(filter(None, ops.split(","))), set(filter(None, qs.split(",")))) for ops, qs in alive
     ]
     start = (
-        f"start a worker (manage.py runjobs) whose project imports the module that defines "
-        f'@operation("{job.operation}")'
+        f"Start a worker (manage.py runjobs) whose project imports the module that defines "
+        f'@operation("{job.operation}"); each installed app\'s jobs.py is imported when the '
+        f"worker starts."
     )
     if not workers:
-        return f"No worker is running: this job waits until one starts; {start}."
+        return f"No worker is running: this job waits until one starts. {start}"
     registered = [queues for ops, queues in workers if job.operation in ops]
     if not registered:
         return (
-            f"No running worker has registered the operation {job.operation!r}: this job waits "
-            f"until one does; {start} (an app's jobs.py is imported by itself)."
+            f"No running worker has registered the operation {job.operation!r}: this job "
+            f"waits until one does. {start}"
         )
     if not any(not queues or job.queue in queues for queues in registered):
         return (

@@ -61,9 +61,11 @@ def jobs():
     done = live.defer("mail.send_digest", submission({"d": 1}, key="digest"))
     live.complete(live.claim(done.pk), {"sent": 12})
     for n in range(4):
-        live.defer("search.reindex_everything_for_a_long_name", submission({"n": n}, key=f"p{n}"))
+        waiting = live.defer(
+            "search.reindex_everything_for_a_long_name", submission({"n": n}, key=f"p{n}")
+        )
     get_user_model().objects.create_superuser("oncall", "oncall@example.com", PASSWORD)
-    return {"failed": failed}
+    return {"failed": failed, "pending": waiting}
 
 
 def _log_in(page, url: str) -> None:
@@ -128,6 +130,12 @@ def test_failed_job_page_and_lists_at_1280_px(live_server, jobs, browser_page):
     banners = " ".join(page.locator(".durable-jobs-banner").all_inner_texts())
     assert said == f"1 retry request recorded ({jobs['failed'].pk}).", said
     assert "Retry requested at" in banners
+
+    page.goto(f"{live_server.url}/admin/durable_jobs/job/{jobs['pending'].pk}/change/")
+    notice = page.locator(".durable-jobs-banner-waiting")
+    page.screenshot(path=str(SCREENSHOTS / f"job-pending-{db}.png"))
+    assert "No running worker has registered the operation" in notice.inner_text()
+    assert notice.bounding_box()["y"] < FOLD
 
     page.goto(f"{live_server.url}/admin/durable_jobs/workerprocess/")
     table = page.locator("#result_list").bounding_box()

@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_durable_jobs import registry
@@ -145,3 +147,21 @@ def test_a_stale_worker_is_judged_by_its_own_lease_length(root, mix):
     assert worker_state(None, stale.heartbeat_at, 900, timezone.now()) == WorkerState.ALIVE
     response = root.get(CHANGELIST, {"attention": "vanished-worker"})
     assert set(response.context["cl"].queryset) == set()
+
+
+def test_each_choice_runs_the_same_queries_however_many_jobs_match(root, operations):
+    def queries() -> dict[str, int]:
+        counted = {}
+        for choice in ("hold-expired", "failed-final", "cancel-unacknowledged", "vanished-worker"):
+            with CaptureQueriesContext(connection) as captured:
+                assert root.get(CHANGELIST, {"attention": choice}).status_code == 200
+            counted[choice] = len(captured)
+        return counted
+
+    store = DurableJobStore(actor="w", lease_seconds=3600)
+    store.fail(claimed(store, "tests.hold", "f0"), "boom")
+    root.get(CHANGELIST)  # the session and content types, read once
+    few = queries()
+    for n in range(1, 15):
+        store.fail(claimed(store, "tests.hold", f"f{n}"), "boom")
+    assert queries() == few

@@ -3,7 +3,8 @@
 Proves, on a prepared mix of rows (expired leases of ``hold``, ``resume`` and unregistered
 operations; failures with and without a retry left; old and fresh cancellation requests; owners
 whose worker is alive, stale, stopped or unknown): each of the four choices lists the same jobs
-as a count made independently in Python over every row, and an unknown choice is reported.
+as a count made independently in Python over every row, in a number of queries that does not
+grow with the rows; an unknown choice is reported.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EXPECTED = {
     ("/jobs/api/jobs", "post"): {"200", "201", "401", "403", "404", "409", "413", "422", "429"},
     ("/jobs/api/jobs", "get"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/jobs/stats", "get"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/jobs/{job_id}", "get"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/jobs/{job_id}/attempts", "get"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/jobs/{job_id}/cancel", "post"): {"200", "401", "403", "404", "409", "422"},

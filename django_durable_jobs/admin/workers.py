@@ -41,12 +41,10 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
         "pid",
         "state_badge",
         "leases",
-        "concurrency",
         "serves",
         "heartbeat_age",
         "started",
         "stopped",
-        "owner",
     )
     list_filter = (WorkerStateFilter,)
     search_fields = ("actor", "host", "owner_id")
@@ -73,13 +71,20 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
     def leases(self, obj: WorkerProcess):
         """Return the live leases of the running jobs it owns, and any that expired."""
         expired = getattr(obj, "leases_expired", 0)
+        slots = format_html(
+            '<div class="durable-jobs-sub" title="jobs it runs at once (--concurrency)">'
+            "{} slot{}</div>",
+            obj.concurrency,
+            "" if obj.concurrency == 1 else "s",
+        )
         if not expired:
-            return getattr(obj, "leases_live", 0)
+            return format_html("{}{}", getattr(obj, "leases_live", 0), slots)
         return format_html(
             '{}<div class="durable-jobs-sub" title="running jobs it owns whose lease ran out">'
-            "+ {} expired</div>",
+            "+ {} expired</div>{}",
             getattr(obj, "leases_live", 0),
             expired,
+            slots,
         )
 
     @admin.display(description="serves")
@@ -100,13 +105,17 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
         return relative(obj.heartbeat_at, timezone.now())
 
     @admin.display(description="started", ordering="started_at")
-    def started(self, obj: WorkerProcess) -> str:
-        return fmt.moment(obj.started_at)
+    def started(self, obj: WorkerProcess):
+        return _time_over_day(obj.started_at)
 
     @admin.display(description="stopped", ordering="stopped_at")
-    def stopped(self, obj: WorkerProcess) -> str:
-        return fmt.moment(obj.stopped_at)
+    def stopped(self, obj: WorkerProcess):
+        return _time_over_day(obj.stopped_at)
 
-    @admin.display(description="owner id")
-    def owner(self, obj: WorkerProcess):
-        return fmt.short_id(obj.owner_id)
+
+def _time_over_day(when):
+    """Return the time to the second with its day beneath, as the job list shows "created"."""
+    if when is None:
+        return "-"
+    day, _, time = fmt.moment(when).partition(" ")
+    return format_html('{}<div class="durable-jobs-sub">{}</div>', time, day)

@@ -14,6 +14,7 @@ from .. import registry
 from ..conf import jobs_settings
 from ..errors import InputInvalid
 from ..models import Job, WorkerProcess
+from ..querysets import JobQuerySet
 from ..vocabulary import JobStatus
 from .workers import lease_values, stale_q
 
@@ -36,7 +37,7 @@ def attention_jobs(
     now: datetime,
     using: str | None = None,
     leases: list[float] | None = None,
-):
+) -> JobQuerySet:
     """Return the jobs (of every scope) that need a person for the reason ``kind`` names.
 
     - ``hold-expired``: running, lease expired, and an operation no worker resumes by itself

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import Greatest
 
 from ..models import Job, JobAttempt
+from ..querysets import JobQuerySet
 from ..vocabulary import TERMINAL_STATUSES, AttemptOutcomeChoice, JobStatus
 from .values import HistoryBucket, JobCount, OperationStats, Percentiles, QueueStats
 
@@ -34,7 +37,7 @@ RUN_OUTCOMES = {
 }
 
 
-def live_counts(jobs, now: datetime) -> tuple[list[JobCount], list[QueueStats]]:
+def live_counts(jobs: JobQuerySet, now: datetime) -> tuple[list[JobCount], list[QueueStats]]:
     """Return pending and running rows by operation, queue, status and ownership, and per queue
     the backlog, the due part of it and the oldest due job.
 
@@ -80,7 +83,7 @@ def live_counts(jobs, now: datetime) -> tuple[list[JobCount], list[QueueStats]]:
     ]
 
 
-def terminal_counts(jobs, now: datetime) -> list[tuple[str, str, str, int, int]]:
+def terminal_counts(jobs: JobQuerySet, now: datetime) -> list[tuple[str, str, str, int, int]]:
     """Return (operation, queue, status, ended in the last 24 hours, ended in the last hour)."""
     last_hour = Q(completed_at__gte=now - OPERATIONS_WINDOW)
     rows = (
@@ -104,7 +107,9 @@ def hour_starts(now: datetime) -> list[datetime]:
     return [current - timedelta(hours=HOURS - 1 - i) for i in range(HOURS)]
 
 
-def _bucket_sql(column: str, starts: list[datetime], stamp) -> tuple[str, list]:
+def _bucket_sql(
+    column: str, starts: list[datetime], stamp: Callable[[datetime], Any]
+) -> tuple[str, list]:
     """Return SQL giving the index of the bucket ``column`` falls in, found by binary search
     over the buckets' ``starts`` (about log2(n) comparisons per row), with its parameters."""
     if len(starts) == 1:
@@ -166,7 +171,7 @@ def history(
     return buckets(minutes, per_minute), buckets(hours, per_hour)
 
 
-def attempt_sample(attempts, now: datetime) -> list[dict]:
+def attempt_sample(attempts: QuerySet[JobAttempt], now: datetime) -> list[dict]:
     """Return the newest attempts (at most ``ATTEMPT_SAMPLE``) that ended in the last hour,
     with their job's operation and due time."""
     return list(
@@ -253,11 +258,12 @@ def operation_stats(terminal: list[tuple], sample: list[dict]) -> list[Operation
     return result
 
 
-def in_scope_attempts(scope: str | None, using: str):
+def in_scope_attempts(scope: str | None, using: str) -> QuerySet[JobAttempt]:
     """Return the attempt rows of ``scope``'s jobs (all of them for ``None``)."""
     attempts = JobAttempt.objects.using(using)
     return attempts if scope is None else attempts.filter(job__scope=scope)
 
 
-def in_scope_jobs(scope: str | None, using: str):
+def in_scope_jobs(scope: str | None, using: str) -> JobQuerySet:
+    """Return the job rows of ``scope`` (all of them for ``None``)."""
     return Job.objects.using(using).in_scope(scope)

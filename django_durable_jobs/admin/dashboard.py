@@ -29,6 +29,7 @@ from ..conf import jobs_settings
 from ..models import Dashboard, Job
 from ..vocabulary import JobStatus, Ownership
 from . import charts
+from .base import ReadOnlyAdmin
 
 # The cells of a row of the "now" tables, in order: (heading, status, ownership). Pending and
 # running rows are counted now, by their ownership; ended ones over the last 24 hours.
@@ -49,7 +50,7 @@ OUTCOME_SERIES = (
 
 
 @admin.register(Dashboard)
-class DashboardAdmin(admin.ModelAdmin):
+class DashboardAdmin(ReadOnlyAdmin):
     """The dashboard page: shown to whoever may view jobs, with nothing to add, change or delete."""
 
     # How often the page fetches fresh panels, in seconds (the page's ``data-refresh``).
@@ -57,15 +58,6 @@ class DashboardAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None) -> bool:
         return request.user.is_active and request.user.has_perm("durable_jobs.view_job")
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_urls(self):
         name = f"{self.opts.app_label}_{self.opts.model_name}"

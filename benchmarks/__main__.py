@@ -26,25 +26,31 @@ when an engine could not be benchmarked at all.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
-import math
-import os
 import random
 import re
-import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from benchmarks.databases import recreate_database, run_per_database
-
-ENGINES = ("sqlite", "postgresql", "mariadb")
-SETTINGS_MODULE = "benchmarks.settings"
+from benchmarks.common import (
+    add_batch_option,
+    add_seed_and_child_options,
+    engines_parser,
+    exit_status,
+    log,
+    parse_engines,
+    print_total,
+    run_engines,
+    start_child,
+    summary,
+    write_result,
+)
 
 OP_WORK = "bench.work"  # what the benchmark claims
 OP_HELD = "bench.held"  # expired leases nobody may resume: the scan finds them, no claim takes them
@@ -57,35 +63,25 @@ HISTORY = timedelta(days=180)  # terminal rows were created over this long, olde
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
-        description="Claim and expired-lease scan latency with 100 vs --terminal terminal rows.",
+    parser = engines_parser(
+        "python -m benchmarks",
+        "Claim and expired-lease scan latency with 100 vs --terminal terminal rows.",
     )
     add = parser.add_argument
-    add("--db", default=",".join(ENGINES), help="comma-separated engines (default: %(default)s)")
     add("--terminal", type=int, default=1_000_000, help="phase B terminal rows (%(default)s)")
     add("--claims", type=int, default=200, help="timed claims per phase (%(default)s)")
     add("--scans", type=int, default=500, help="timed expiry scans per phase (%(default)s)")
     add("--warmup", type=int, default=20, help="untimed claims and scans first (%(default)s)")
-    add("--batch", type=int, default=5000, help="rows per bulk-load transaction (%(default)s)")
+    add_batch_option(parser)
     add("--max-ratio", type=float, default=3.0, help="exit 1 above this B/A (%(default)s)")
     add("--explain", action="store_true", help="print phase B's statements and plans (stderr)")
-    add("--seed", type=int, default=2026, help="seed of the generated rows (%(default)s)")
-    add("--child", choices=ENGINES, help=argparse.SUPPRESS)  # internal: one engine
-    add("--result-file", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.engines = list(dict.fromkeys(d.strip().lower() for d in args.db.split(",") if d.strip()))
-    if not args.engines or not set(args.engines) <= set(ENGINES):
-        parser.error(f"--db takes a comma-separated subset of {','.join(ENGINES)}")
+    add_seed_and_child_options(parser)
+    args = parse_engines(parser, argv)
     if min(args.claims, args.scans, args.batch) < 1 or min(args.warmup, args.terminal) < 0:
         parser.error("--claims, --scans and --batch must be >= 1; --warmup and --terminal >= 0")
     if args.max_ratio <= 0:
         parser.error("--max-ratio must be positive")
     return args
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- parent: one child process per engine, then the table ---------------------------------------
@@ -97,16 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_child(args)
     options = ["--terminal", str(args.terminal), "--claims", str(args.claims)]
     options += ["--scans", str(args.scans), "--warmup", str(args.warmup)]
-    options += ["--batch", str(args.batch), "--seed", str(args.seed)]
     options += ["--explain"] if args.explain else []
     started = time.perf_counter()
-
-    def env_for(engine: str) -> dict[str, str]:
-        return dict(
-            os.environ, DURABLE_JOBS_BENCH_DB=engine, DJANGO_SETTINGS_MODULE=SETTINGS_MODULE
-        )
-
-    results, broken = run_per_database("benchmarks", args.engines, options, env_for)
+    results, broken = run_engines("benchmarks", args, options)
     print_report(results, time.perf_counter() - started)
     regressions = [
         f"{r['db']} {what} median grew {r[what + '_ratio']:.2f}x (bound {args.max_ratio:g}x)"
@@ -114,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         for what in ("claim", "scan")
         if r[what + "_ratio"] > args.max_ratio
     ]
-    for line in regressions:
-        print(f"REGRESSION: {line}")
-    if broken:
-        print(f"FAILED: no figures for {', '.join(broken)}")
-        return 2
-    return 1 if regressions else 0
+    return exit_status("REGRESSION", regressions, broken)
 
 
 def print_report(results: list[dict[str, Any]], elapsed: float) -> None:
@@ -156,37 +140,15 @@ def print_report(results: list[dict[str, Any]], elapsed: float) -> None:
             f"{r['analyze_seconds']:.1f} s, phase B job table {r['table_mb']:,.0f} MB; "
             f"{r['claims']} claims and {r['scans']} scans per phase"
         )
-    print(f"total {elapsed:.0f} s on {os.cpu_count()} CPU(s)")
+    print_total(elapsed)
 
 
 # -- child: one engine --------------------------------------------------------------------------
 
 
 def run_child(args: argparse.Namespace) -> int:
-    os.environ["DURABLE_JOBS_BENCH_DB"] = args.child
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
-    from benchmarks import settings as bench_settings
-
-    for conf in bench_settings.DATABASES.values():
-        recreate_database(args.child, conf)
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    for alias in bench_settings.DATABASES:
-        call_command("migrate", database=alias, verbosity=0)
-    result = Benchmark(args).run()
-    Path(args.result_file).write_text(json.dumps(result))
-    return 0
-
-
-def summary(seconds: list[float]) -> dict[str, float]:
-    """Return the median and the p95 (nearest rank) in milliseconds."""
-    ordered = sorted(seconds)
-    p95 = ordered[max(1, math.ceil(0.95 * len(ordered))) - 1]
-    return {"median": statistics.median(ordered) * 1000, "p95": p95 * 1000}
+    start_child(args.child)  # both databases, phase B's and phase A's
+    return write_result(args, Benchmark(args).run())
 
 
 class Side:
@@ -359,13 +321,7 @@ class Benchmark:
             raw = list(self.terminal_rows(size, start + step * done, step, fields))
             rows = [tuple(enc(v) for enc, v in zip(encoders, row, strict=True)) for row in raw]
             with transaction.atomic(using=side.alias), side.connection.cursor() as cursor:
-                if self.engine == "postgresql":
-                    with cursor.cursor.copy(f"COPY {into} FROM STDIN") as copy:
-                        for row in rows:
-                            copy.write_row(row)
-                else:
-                    marks = ", ".join(["%s"] * len(fields))
-                    cursor.executemany(f"INSERT INTO {into} VALUES ({marks})", rows)
+                self.write_rows(cursor, into, len(fields), rows)
                 self.after_terminal_batch(side, cursor, raw, fields)
             if done == 0:
                 expected = dict(zip((f.attname for f in fields), raw[0], strict=True))
@@ -377,6 +333,16 @@ class Benchmark:
                 reported = time.perf_counter()
                 rate = done / (reported - started)
                 log(f"{self.engine}:   {done:,}/{count:,} rows ({rate:,.0f} rows/s)")
+
+    def write_rows(self, cursor: Any, into: str, width: int, rows: list[tuple]) -> None:
+        """Write encoded ``rows`` of ``width`` values ``into`` "table (columns)" (COPY on PostgreSQL)."""
+        if self.engine == "postgresql":
+            with cursor.cursor.copy(f"COPY {into} FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            marks = ", ".join(["%s"] * width)
+            cursor.executemany(f"INSERT INTO {into} VALUES ({marks})", rows)
 
     def after_terminal_batch(self, side: Side, cursor: Any, raw: list[tuple], fields: list) -> None:
         """Write more rows for a batch of terminal rows, in its transaction (nothing here)."""
@@ -520,6 +486,20 @@ class Benchmark:
 
     def explain(self, side: Side) -> None:
         """Print each statement of one real claim and one scan: its time and its plan (stderr)."""
+        with self.recorded(side.connection) as statements:
+            leases = side.worker.claim_next(limit=1, resume_expired=[OP_WORK])
+            self.scan_once(side, 0)
+        side.worker.complete(leases[0])
+        self.defer_pending(side)
+        log(f"-- {self.engine}, phase {side.phase}: the statements of one claim, then of one scan")
+        for sql, params, seconds in statements:
+            log(f"{seconds * 1000:8.3f} ms  {re.sub(r'^SELECT .*? FROM ', 'SELECT … FROM ', sql)}")
+            if sql.lstrip().upper().startswith("SELECT"):
+                self.log_plan(side.connection, sql, params)
+
+    @contextlib.contextmanager
+    def recorded(self, connection: Any) -> Iterator[list[tuple[str, Any, float]]]:
+        """Collect (sql, params, seconds) of each statement run on ``connection`` in the block."""
         statements: list[tuple[str, Any, float]] = []
 
         def record(execute, sql, params, many, context):
@@ -529,21 +509,16 @@ class Benchmark:
             finally:
                 statements.append((sql, params, time.perf_counter() - started))
 
-        with side.connection.execute_wrapper(record):
-            leases = side.worker.claim_next(limit=1, resume_expired=[OP_WORK])
-            self.scan_once(side, 0)
-        side.worker.complete(leases[0])
-        self.defer_pending(side)
+        with connection.execute_wrapper(record):
+            yield statements
+
+    def log_plan(self, connection: Any, sql: str, params: Any) -> None:
+        """Print the plan of ``sql`` on ``connection`` (stderr), a line per row of EXPLAIN."""
         prefix = "EXPLAIN QUERY PLAN " if self.engine == "sqlite" else "EXPLAIN "
-        log(f"-- {self.engine}, phase {side.phase}: the statements of one claim, then of one scan")
-        for sql, params, seconds in statements:
-            log(f"{seconds * 1000:8.3f} ms  {re.sub(r'^SELECT .*? FROM ', 'SELECT … FROM ', sql)}")
-            if sql.lstrip().upper().startswith("SELECT"):
-                with side.connection.cursor() as cursor:
-                    cursor.execute(prefix + sql, params)
-                    for row in cursor.fetchall():
-                        plan = " | ".join(str(v) for v in row if v is not None)
-                        log(f"            plan: {plan}")
+        with connection.cursor() as cursor:
+            cursor.execute(prefix + sql, params)
+            for row in cursor.fetchall():
+                log(f"            plan: {' | '.join(str(v) for v in row if v is not None)}")
 
 
 def _same(value: Any) -> Any:

@@ -28,27 +28,37 @@ import sys
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from benchmarks.__main__ import ENGINES, SETTINGS_MODULE, Benchmark, log, summary
-from benchmarks.databases import recreate_database, run_per_database
+from benchmarks.__main__ import Benchmark
+from benchmarks.common import (
+    add_batch_option,
+    add_seed_and_child_options,
+    engines_parser,
+    exit_status,
+    log,
+    parse_engines,
+    print_total,
+    run_engines,
+    start_child,
+    summary,
+    write_result,
+)
 
 DB_NAME = "bench_durable_jobs_stats"  # dropped and recreated by each run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.stats",
-        description="snapshot() and `jobs stats --json` latency with --terminal finished jobs.",
+    parser = engines_parser(
+        "python -m benchmarks.stats",
+        "snapshot() and `jobs stats --json` latency with --terminal finished jobs.",
     )
     add = parser.add_argument
-    add("--db", default=",".join(ENGINES), help="comma-separated engines (default: %(default)s)")
     add("--terminal", type=int, default=1_000_000, help="finished jobs (%(default)s)")
     add("--days", type=float, default=30.0, help="spread over this many days (%(default)s)")
     add("--runs", type=int, default=30, help="timed calls of each (%(default)s)")
     add("--warmup", type=int, default=3, help="untimed calls first (%(default)s)")
-    add("--batch", type=int, default=5000, help="rows per bulk-load transaction (%(default)s)")
+    add_batch_option(parser)
     add("--target", type=float, default=300.0, help="exit 1 above this median, ms (%(default)s)")
     add("--explain", action="store_true", help="print each statement's time and plan (stderr)")
     add(
@@ -56,13 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="time the rows an earlier run loaded (its database must still hold them)",
     )
-    add("--seed", type=int, default=2026, help="seed of the generated rows (%(default)s)")
-    add("--child", choices=ENGINES, help=argparse.SUPPRESS)
-    add("--result-file", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.engines = list(dict.fromkeys(d.strip().lower() for d in args.db.split(",") if d.strip()))
-    if not args.engines or not set(args.engines) <= set(ENGINES):
-        parser.error(f"--db takes a comma-separated subset of {','.join(ENGINES)}")
+    add_seed_and_child_options(parser)
+    args = parse_engines(parser, argv)
     if min(args.runs, args.batch) < 1 or args.warmup < 0 or args.terminal < 0 or args.days <= 0:
         parser.error("--runs and --batch must be >= 1, --warmup and --terminal >= 0, --days > 0")
     return args
@@ -74,20 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_child(args)
     options = ["--terminal", str(args.terminal), "--days", str(args.days)]
     options += ["--runs", str(args.runs), "--warmup", str(args.warmup)]
-    options += ["--batch", str(args.batch), "--seed", str(args.seed)]
     options += ["--explain"] if args.explain else []
     options += ["--reuse"] if args.reuse else []
-
-    def env_for(engine: str) -> dict[str, str]:
-        return dict(
-            os.environ,
-            DURABLE_JOBS_BENCH_DB=engine,
-            DURABLE_JOBS_BENCH_DB_NAME=os.environ.get("DURABLE_JOBS_BENCH_DB_NAME") or DB_NAME,
-            DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
-        )
-
+    db_name = os.environ.get("DURABLE_JOBS_BENCH_DB_NAME") or DB_NAME
     started = time.perf_counter()
-    results, broken = run_per_database("benchmarks.stats", args.engines, options, env_for)
+    results, broken = run_engines(
+        "benchmarks.stats", args, options, DURABLE_JOBS_BENCH_DB_NAME=db_name
+    )
     print_report(results, time.perf_counter() - started)
     slow = [
         f"{r['db']} {what} median {r[what]['median']:.0f} ms (target {args.target:g} ms)"
@@ -95,12 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for what in ("snapshot_ms", "command_ms")
         if r[what]["median"] > args.target
     ]
-    for line in slow:
-        print(f"TOO SLOW: {line}")
-    if broken:
-        print(f"FAILED: no figures for {', '.join(broken)}")
-        return 2
-    return 1 if slow else 0
+    return exit_status("TOO SLOW", slow, broken)
 
 
 def print_report(results: list[dict[str, Any]], elapsed: float) -> None:
@@ -124,26 +117,13 @@ def print_report(results: list[dict[str, Any]], elapsed: float) -> None:
             f"days ({r['last_day']:,} in the last day), loaded in {r['insert_seconds']:.0f} s; "
             f"{r['runs']} calls of each"
         )
-    print(f"total {elapsed:.0f} s on {os.cpu_count()} CPU(s)")
+    print_total(elapsed)
 
 
 def run_child(args: argparse.Namespace) -> int:
-    os.environ["DURABLE_JOBS_BENCH_DB"] = args.child
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
-    from benchmarks import settings as bench_settings
-
-    if not args.reuse:
-        recreate_database(args.child, bench_settings.DATABASES["default"])
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", database="default", verbosity=0)
+    start_child(args.child, ["default"], recreate=not args.reuse)
     args.claims = args.scans = 1  # read by Benchmark, unused here
-    result = StatsBenchmark(args).run_stats()
-    Path(args.result_file).write_text(json.dumps(result))
-    return 0
+    return write_result(args, StatsBenchmark(args).run_stats())
 
 
 class StatsBenchmark(Benchmark):
@@ -259,13 +239,7 @@ class StatsBenchmark(Benchmark):
             )
         quote = side.connection.ops.quote_name
         into = f"{quote(JobAttempt._meta.db_table)} ({', '.join(quote(f.column) for f in columns)})"
-        if self.engine == "postgresql":
-            with cursor.cursor.copy(f"COPY {into} FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            marks = ", ".join(["%s"] * len(columns))
-            cursor.executemany(f"INSERT INTO {into} VALUES ({marks})", rows)
+        self.write_rows(cursor, into, len(columns), rows)
 
     def snapshot_once(self) -> float:
         from django_durable_jobs.stats import snapshot
@@ -307,24 +281,11 @@ class StatsBenchmark(Benchmark):
 
         from django_durable_jobs.stats import snapshot
 
-        statements: list[tuple[str, Any, float]] = []
-
-        def record(execute, sql, params, many, context):
-            started = time.perf_counter()
-            try:
-                return execute(sql, params, many, context)
-            finally:
-                statements.append((sql, params, time.perf_counter() - started))
-
-        with connection.execute_wrapper(record):
+        with self.recorded(connection) as statements:
             snapshot()
-        prefix = "EXPLAIN QUERY PLAN " if self.engine == "sqlite" else "EXPLAIN "
         for sql, params, seconds in statements:
             log(f"{seconds * 1000:8.3f} ms  {sql[:160]}")
-            with connection.cursor() as cursor:
-                cursor.execute(prefix + sql, params)
-                for row in cursor.fetchall():
-                    log(f"            plan: {' | '.join(str(v) for v in row if v is not None)}")
+            self.log_plan(connection, sql, params)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,27 @@ DATABASES = {
 }
 
 INSTALLED_APPS = [
+    "django.contrib.admin",  # the dashboard, timed by ``python -m benchmarks.stats``
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_durable_jobs",
+]
+ROOT_URLCONF = "benchmarks.urls"
+STATIC_URL = "/static/"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
 ]
 
 SECRET_KEY = "django-durable-jobs-benchmark-not-a-secret"

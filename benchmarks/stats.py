@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     slow = [
         f"{r['db']} {what} median {r[what]['median']:.0f} ms (target {args.target:g} ms)"
         for r in results
-        for what in ("snapshot_ms", "command_ms")
+        for what in ("snapshot_ms", "command_ms", "dashboard_ms")
         if r[what]["median"] > args.target
     ]
     return exit_status("TOO SLOW", slow, broken)
@@ -99,16 +99,21 @@ def main(argv: list[str] | None = None) -> int:
 def print_report(results: list[dict[str, Any]], elapsed: float) -> None:
     header = (
         f"{'db':<11} {'finished jobs':>13} {'queries':>7} {'snapshot median':>15} "
-        f"{'p95':>7} {'jobs stats --json median':>24} {'p95':>7}"
+        f"{'p95':>7} {'jobs stats --json median':>24} {'p95':>7} {'dashboard median':>16} "
+        f"{'p95':>7}"
     )
-    print("\nsnapshot = stats.snapshot(); jobs stats --json = call_command in process; ms per call")
+    print(
+        "\nsnapshot = stats.snapshot(); jobs stats --json = call_command in process; "
+        "dashboard = the admin page rendered for a superuser; ms per call"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
-        s, c = r["snapshot_ms"], r["command_ms"]
+        s, c, d = r["snapshot_ms"], r["command_ms"], r["dashboard_ms"]
         print(
             f"{r['db']:<11} {r['terminal_rows']:>13,} {r['queries']:>7} {s['median']:>15.1f} "
-            f"{s['p95']:>7.1f} {c['median']:>24.1f} {c['p95']:>7.1f}"
+            f"{s['p95']:>7.1f} {c['median']:>24.1f} {c['p95']:>7.1f} {d['median']:>16.1f} "
+            f"{d['p95']:>7.1f}"
         )
     print()
     for r in results:
@@ -167,6 +172,7 @@ class StatsBenchmark(Benchmark):
             "runs": self.args.runs,
             "snapshot_ms": summary(times["snapshot"]),
             "command_ms": summary(times["command"]),
+            "dashboard_ms": summary(times["dashboard"]),
         }
 
     def seed_workers_and_schedules(self) -> None:
@@ -255,11 +261,36 @@ class StatsBenchmark(Benchmark):
         call_command("jobs", "stats", "--json", stdout=io.StringIO())
         return time.perf_counter() - started
 
+    def dashboard_once(self) -> float:
+        """Return the time the admin's dashboard takes to answer a superuser, page rendered."""
+        from django.contrib import admin
+        from django.contrib.auth.models import User
+        from django.test import RequestFactory
+
+        from django_durable_jobs.models import Dashboard
+
+        request = RequestFactory().get("/admin/durable_jobs/dashboard/")
+        request.user = User(username="bench", is_active=True, is_staff=True, is_superuser=True)
+        started = time.perf_counter()
+        response = admin.site._registry[Dashboard].changelist_view(request)
+        response.render()
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 200, response.status_code
+        return elapsed
+
     def measure_stats(self) -> dict[str, list[float]]:
-        log(f"{self.engine}: timing {self.args.runs} snapshots and `jobs stats --json` alternately")
-        times: dict[str, list[float]] = {"snapshot": [], "command": []}
+        log(
+            f"{self.engine}: timing {self.args.runs} snapshots, `jobs stats --json` and "
+            "dashboards alternately"
+        )
+        times: dict[str, list[float]] = {"snapshot": [], "command": [], "dashboard": []}
+        onces = (
+            ("snapshot", self.snapshot_once),
+            ("command", self.command_once),
+            ("dashboard", self.dashboard_once),
+        )
         for i in range(self.args.warmup + self.args.runs):
-            for what, once in (("snapshot", self.snapshot_once), ("command", self.command_once)):
+            for what, once in onces:
                 elapsed = once()
                 if i >= self.args.warmup:
                     times[what].append(elapsed)

@@ -238,7 +238,19 @@ SCHEDULED_CHOICES = {
 LOOKING_FOR = ("q", "status__exact", ScheduleFilter.parameter_name)
 
 
-class ScheduledFilter(admin.SimpleListFilter):
+class DefaultNamedFilter(admin.SimpleListFilter):
+    """A filter whose unfiltered choice (Django's "All") is a default that hides something:
+    that choice reads ``default_display``, so the list says what it leaves out."""
+
+    default_display = "All"
+
+    def choices(self, changelist):
+        choices = super().choices(changelist)
+        yield {**next(choices), "display": self.default_display}
+        yield from choices
+
+
+class ScheduledFilter(DefaultNamedFilter):
     """Show or hide the jobs schedules enqueued (``?scheduled=all|only|hide``).
 
     A schedule every 30 seconds adds 2,880 jobs a day, which would push everything else off the
@@ -253,13 +265,7 @@ class ScheduledFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return list(SCHEDULED_CHOICES.items())
 
-    def choices(self, changelist):
-        choices = super().choices(changelist)
-        yield {
-            **next(choices),
-            "display": "completed ticks hidden",
-        }  # Django's "All": this filter's default
-        yield from choices
+    default_display = "completed ticks hidden"
 
     def queryset(self, request, queryset):
         scheduled = Q(idempotency_key__startswith=SCHEDULE_KEY_PREFIX)
@@ -282,7 +288,7 @@ class ScheduledFilter(admin.SimpleListFilter):
 STOPPED_KEPT_IN_VIEW = timedelta(days=1)
 
 
-class WorkerStateFilter(admin.SimpleListFilter):
+class WorkerStateFilter(DefaultNamedFilter):
     """Workers by state (``?state=alive|stale|stopped|all``), the rule of ``worker_state``.
 
     Every ``runjobs`` process leaves a row, and its rows are kept, never deleted; by default
@@ -295,13 +301,7 @@ class WorkerStateFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return [(state, state) for state in WorkerState] + [("all", "all, old stopped too")]
 
-    def choices(self, changelist):
-        choices = super().choices(changelist)
-        yield {
-            **next(choices),
-            "display": "stopped over a day ago hidden",
-        }  # Django's "All": this filter's default
-        yield from choices
+    default_display = "stopped over a day ago hidden"
 
     def queryset(self, request, queryset):
         value, now = self.value(), timezone.now()

@@ -28,7 +28,7 @@ export PYTEST_ARGS
 export NO_MKDOCS_2_WARNING := 1
 BENCH_ARGS ?=
 
-.PHONY: venv venv-dj52 test test-quick lint format docs docs-serve demo bench clean services
+.PHONY: venv venv-dj52 test test-quick lint format docs docs-serve demo bench clean services proof chaos
 
 # The development venv: the package with its test and docs extras (no database server needed).
 venv: $(VENV)/.test-installed
@@ -42,6 +42,7 @@ venv-dj52: $(VENV_DJ52)/.installed
 services:
 	scripts/ensure-services
 	scripts/ensure-browser
+	scripts/ensure-netns
 
 # Three layers, each reinstalled only when pyproject.toml changes (or after `make clean`):
 #   .installed        the package alone (Django, django-ninja): all `make demo` needs
@@ -80,6 +81,19 @@ test: $(VENV)/.mysql-installed $(VENV_DJ52)/.installed | services
 	$(PY) example_project/manage.py makemigrations --check --dry-run durable_jobs
 	$(PY) -m mkdocs build --strict --quiet --site-dir test-output/site
 	scripts/run-suites $(PY) $(PY_DJ52)
+
+# The long proofs on demand: the store's state machine with many more examples, then the fault,
+# partition and fuzz proofs, on every database (PROOF_DBS="postgresql" to narrow it).
+PROOF_DBS ?= sqlite postgresql mariadb
+proof: $(VENV)/.mysql-installed | services
+	DURABLE_JOBS_PROOF=long PYTEST_ARGS="tests/proof $(PYTEST_ARGS)" scripts/run-tests $(PY) $(PROOF_DBS)
+
+# The chaos run (docs/guarantees.md): runjobs processes killed, paused and partitioned over
+# thousands of jobs, then the history checked. CHAOS_ARGS="--db mariadb --minutes 10", say.
+# The database server is restarted only with DURABLE_JOBS_TEST_RESTART_SERVERS=1.
+CHAOS_ARGS ?=
+chaos: $(VENV)/.mysql-installed | services
+	$(PY) -m tests.chaos $(CHAOS_ARGS)
 
 # The whole suite on SQLite alone, with the newest Django: a few minutes, no database server.
 test-quick: $(VENV)/.test-installed

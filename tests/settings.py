@@ -74,6 +74,11 @@ else:
 if DB_NAME_OVERRIDE:
     # A subprocess started by a test: open the test database the parent run created.
     _default_db["NAME"] = DB_NAME_OVERRIDE
+if TEST_DB != "sqlite" and os.environ.get("DURABLE_JOBS_DB_HOST"):
+    # A worker in a network namespace of tests/proof/netns.py reaches the server through a
+    # relay on its veth link, not on loopback.
+    _default_db["HOST"] = os.environ["DURABLE_JOBS_DB_HOST"]
+    _default_db["PORT"] = os.environ.get("DURABLE_JOBS_DB_PORT", _default_db["PORT"])
 
 DATABASES = {"default": _default_db}
 

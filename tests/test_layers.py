@@ -16,7 +16,7 @@ PACKAGE = Path(django_durable_jobs.__file__).resolve().parent
 # Lowest first. A module may import from its own layer and the layers before it.
 LAYERS = [
     {"errors", "conf", "expressions", "humanize", "terminal"},
-    {"validation", "retry", "jsontext", "tracing"},
+    {"validation", "retry", "jsontext", "tracing", "history"},
     {"vocabulary", "registry"},
     {"values", "execution"},
     {"schedules"},

@@ -11,7 +11,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 from django.utils import timezone
 
-from .. import registry, validation
+from .. import history, registry, validation
 from ..conf import jobs_settings
 from ..dbvendor import lock_for_update, lock_gate
 from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
@@ -154,15 +154,21 @@ class StoreBase:
             lease_expires_at__gt=now,
         )
 
-    def _fenced_update(self, lease: Lease, **changes: Any) -> Job:
-        """Apply ``changes`` under the lease's fence and return the updated row."""
+    def _fenced_update(self, lease: Lease, write: str = "update", **changes: Any) -> Job:
+        """Apply ``changes`` under the lease's fence and return the updated row.
+
+        ``write`` names the write in the history of fenced writes (``history.py``).
+        """
         self._check_lease(lease)
         with bounded_atomic(self.using):
             now = self._now()
             changes = {k: (v(now) if callable(v) else v) for k, v in changes.items()}
             if self._fenced(lease, now).update(**changes) != 1:
+                history.fenced_writes(write, [lease], accepted=False, at=now, why="fence")
                 raise self._loss(lease, now)
-            return self._annotate(Job.objects.using(self.using).get(pk=lease.job_id), now)
+            row = self._annotate(Job.objects.using(self.using).get(pk=lease.job_id), now)
+        history.fenced_writes(write, [lease], accepted=True, at=now)
+        return row
 
     def _loss(self, lease: Lease, now: datetime) -> LeaseLost:
         """Return the LeaseLost for a fenced write that matched nothing, saying what changed."""
@@ -321,12 +327,14 @@ class StoreBase:
             now = self._now()
             row = lock_for_update(self._fenced(lease, now)).first()
             if row is None:
+                history.fenced_writes(status, [lease], accepted=False, at=now, why="fence")
                 raise self._loss(lease, now)
             if guard is not None:
                 guard(row)
             self._end(row, now, status, **changes)
             if then is not None:
                 then(row, now)
+        history.fenced_writes(status, [lease], accepted=True, at=now)
 
 
 def _loss_of(lease: Lease, row: Job | None) -> LeaseLost:

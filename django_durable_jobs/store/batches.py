@@ -21,6 +21,7 @@ from django.db.models import F
 
 from .. import quotas, registry, validation
 from ..errors import InputInvalid, LeaseLost
+from ..history import fenced_verdicts, fenced_writes
 from ..models import Job
 from ..transactions import bounded_atomic
 from ..values import Claimed, Lease, Outcome, Recorded
@@ -143,10 +144,12 @@ class BatchMixin(StoreBase):
             mine = [lease for lease in leases if lease.owner_id == self.owner_id]
             rows.update_fenced(mine, renewal, owner_id=self.owner_id, unexpired_at=now)
             found = rows.get(lease.job_id for lease in leases)
-        return [
+        renewed = [
             row if self._fence_holds(lease, row := found.get(lease.job_id), now) else None
             for lease in leases
         ]
+        fenced_verdicts("renew", leases, renewed, at=now)
+        return renewed
 
     # -- ending attempts -------------------------------------------------------------------------
 
@@ -183,6 +186,7 @@ class BatchMixin(StoreBase):
             for asked, outcome in zip(given, outcomes, strict=True):
                 row = rows.get(outcome.lease.job_id)
                 if not self._fence_holds(outcome.lease, row, now):
+                    fenced_writes("outcome", [outcome.lease], accepted=False, at=now, why="fence")
                     recorded.append(Recorded(asked, None, _loss_of(outcome.lease, row)))
                     continue
                 _end(outcome, row, now)
@@ -221,6 +225,7 @@ class BatchMixin(StoreBase):
             for _, row in ended:
                 if row.status == JobStatus.FAILED:
                     self._schedule_retry(row, now)
+        fenced_writes("outcome", (outcome.lease for outcome, _ in ended), accepted=True, at=now)
         return recorded
 
     # -- releasing -------------------------------------------------------------------------------
@@ -247,6 +252,8 @@ class BatchMixin(StoreBase):
                 for lease in leases
                 if self._releasable(lease, rows.get(lease.job_id))
             ]
+            gone = (ls for ls in leases if not self._releasable(ls, rows.get(ls.job_id)))
+            fenced_writes("release", gone, accepted=False, at=now, why="fence")
             history = [_attempt_of(row, now, RELEASED, RELEASED_ERROR) for _, row in held]
             first = [lease for lease, row in held if row.attempts == 1]  # claimed from pending
             again = [lease for lease, row in held if row.attempts > 1]
@@ -259,6 +266,7 @@ class BatchMixin(StoreBase):
                 attempts=DECREMENT,
             )
             insert_attempts(self.using, history)
+        fenced_writes("release", (lease for lease, _ in held), accepted=True, at=now)
         return len(held)
 
     def _release_group(self, leases: list[Lease], **changes: Any) -> None:

@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db import connections
 from django.utils import timezone
 
+from .. import history
 from ..errors import InputInvalid, LeaseLost
 from ..execution import Execution, Identity, WriteFence
 from ..models import Job
@@ -23,9 +24,18 @@ def _lease_lost(lease: Lease, why: str) -> LeaseLost:
 
 
 def _verify_fence(
-    fence: WriteFence, identity: Identity, using: str, now: datetime, *, allow_cancel_request: bool
+    fence: WriteFence,
+    identity: Identity,
+    using: str,
+    now: datetime,
+    *,
+    allow_cancel_request: bool,
+    write: str = "write_fence",
 ) -> Job:
-    """Lock the fenced job row and return it, or raise ``LeaseLost`` saying what changed."""
+    """Lock the fenced job row and return it, or raise ``LeaseLost`` saying what changed.
+
+    ``write`` names the write a refusal is recorded as in the history of fenced writes.
+    """
     lease = fence.lease
     if fence.using != using:
         raise _lease_lost(lease, f"the fence is for database {fence.using!r}, not {using!r}")
@@ -65,6 +75,7 @@ def _verify_fence(
     )
     for failed, why in checks:
         if failed:
+            history.fenced_writes(write, [lease], accepted=False, at=now, why=why)
             raise _lease_lost(lease, why)
     return row
 
@@ -89,3 +100,4 @@ def assert_write_fence(execution: Execution, *, using: str = "default") -> None:
     check_execution(execution)
     now = (fence.clock or timezone.now)()
     _verify_fence(fence, execution.identity, using, now, allow_cancel_request=False)
+    history.fenced_writes("write_fence", [fence.lease], accepted=True, at=now)

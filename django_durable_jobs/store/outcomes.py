@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import registry, validation
+from .. import history, registry, validation
 from ..dbvendor import notify_work
 from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable, ScopeMismatch
 from ..execution import Execution, WriteFence
@@ -43,6 +43,7 @@ class OutcomeMixin(QuotaMixin):
         """Renew the lease and return the row (so the owner sees requests made meanwhile)."""
         return self._fenced_update(
             lease,
+            "heartbeat",
             lease_expires_at=lambda now: now + timedelta(seconds=self.lease_seconds),
             heartbeat_at=lambda now: now,
         )
@@ -50,12 +51,12 @@ class OutcomeMixin(QuotaMixin):
     def checkpoint(self, lease: Lease, value_json: str) -> None:
         """Record the owner's checkpoint (exact JSON text); it survives reclaim and retry."""
         value = validation.json_text(value_json, "checkpoint")
-        self._fenced_update(lease, checkpoint=value, checkpoint_at=lambda now: now)
+        self._fenced_update(lease, "checkpoint", checkpoint=value, checkpoint_at=lambda now: now)
 
     def progress(self, lease: Lease, percent: float) -> None:
         """Record progress, clamped to 0-100."""
         self._fenced_update(
-            lease, progress=validation.percent(percent), heartbeat_at=lambda now: now
+            lease, "progress", progress=validation.percent(percent), heartbeat_at=lambda now: now
         )
 
     def cancel(self, lease: Lease) -> None:
@@ -232,13 +233,12 @@ class OutcomeMixin(QuotaMixin):
         """
         fence = self._fence_of(execution)
         identity = execution.identity
+        checks = {"allow_cancel_request": False, "write": "complete_atomically"}
         with bounded_atomic(self.using, execution):
-            row = _verify_fence(
-                fence, identity, self.using, self._now(), allow_cancel_request=False
-            )
+            row = _verify_fence(fence, identity, self.using, self._now(), **checks)
             receipt = validation.json_text(mutation(execution), "receipt")
             now = self._now()
-            _verify_fence(fence, identity, self.using, now, allow_cancel_request=False)
+            _verify_fence(fence, identity, self.using, now, **checks)
             self._end(row, now, JobStatus.COMPLETE, result=receipt, progress=100.0)
             stored = Job.objects.using(self.using).get(pk=row.pk)
             if (stored.status, stored.result, stored.fencing_epoch) != (
@@ -247,6 +247,7 @@ class OutcomeMixin(QuotaMixin):
                 fence.lease.epoch,
             ):
                 raise _lease_lost(fence.lease, "the completion did not read back as written")
+        history.fenced_writes("complete_atomically", [fence.lease], accepted=True, at=now)
         return receipt
 
     def finalize_atomically(
@@ -272,7 +273,12 @@ class OutcomeMixin(QuotaMixin):
             with bounded_atomic(self.using, execution):
                 now = self._now()
                 row = _verify_fence(
-                    fence, execution.identity, self.using, now, allow_cancel_request=True
+                    fence,
+                    execution.identity,
+                    self.using,
+                    now,
+                    allow_cancel_request=True,
+                    write="finalize_atomically",
                 )
                 try:
                     receipt = bookkeeping(execution)
@@ -286,6 +292,7 @@ class OutcomeMixin(QuotaMixin):
                 if receipt is not None:
                     changes["result"] = receipt
                 self._end(row, now, outcome.status, **changes)
+            history.fenced_writes("finalize_atomically", [fence.lease], accepted=True, at=now)
         except Exception as exc:  # noqa: BLE001 - documented: never raises
             reason = exc.code if isinstance(exc, JobError) else type(exc).__name__
             return Finalization(

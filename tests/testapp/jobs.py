@@ -169,3 +169,6 @@ def exit_process(ctx, payload):
     if ctx.attempt in payload.get("exit_on", [ctx.attempt]):
         os._exit(payload.get("code", 7))
     return {"attempt": ctx.attempt}
+
+
+from . import chaos_jobs  # noqa: F401,E402

@@ -25,3 +25,18 @@ class RetryHistory(models.Model):
 
     def __str__(self) -> str:
         return f"retry of {self.job_id} after {self.previous_status}"
+
+
+class ChaosRow(models.Model):
+    """The domain row a ``chaos.domain`` job writes with its completion (tests/chaos).
+
+    No unique constraint on purpose: a second row for one job, written by a stale attempt or by
+    a completion applied twice, must be visible to the chaos checker, not refused by the table.
+    """
+
+    job_id = models.UUIDField()
+    epoch = models.BigIntegerField()
+    owner_id = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"{self.job_id} at epoch {self.epoch}"

@@ -128,6 +128,7 @@ class _Relay:
         self.server = socket.create_server(listen)
         self.address = self.server.getsockname()[:2]
         self.sockets: set[socket.socket] = set()
+        self.upstreams: dict[socket.socket, int] = {}
         self.lock = threading.Lock()
         self.closed = False
         self.wake_r, self.wake_w = os.pipe()
@@ -155,6 +156,7 @@ class _Relay:
                     upstream.close()
                     return
                 self.sockets.update((client, upstream))
+                self.upstreams[upstream] = upstream.getsockname()[1]
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
@@ -177,6 +179,7 @@ class _Relay:
     def _drop(self, sock: socket.socket) -> None:
         with self.lock:
             self.sockets.discard(sock)
+            self.upstreams.pop(sock, None)
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -187,6 +190,11 @@ class _Relay:
         """Return how many sockets (client and server sides) the relay holds open."""
         with self.lock:
             return len(self.sockets)
+
+    def ports(self) -> list[int]:
+        """Return the local ports of the open connections to the target."""
+        with self.lock:
+            return sorted(self.upstreams.values())
 
     def close(self) -> None:
         with self.lock:
@@ -301,6 +309,14 @@ class Host:
     def relayed_connections(self) -> int:
         """Return how many sockets the relays hold open (two per relayed connection)."""
         return sum(relay.connections() for relay in self.relays)
+
+    def relayed_ports(self) -> list[int]:
+        """Return the client ports the server sees for the connections relayed from this host.
+
+        The relay connects from 127.0.0.1, so these ports are how to pick this host's sessions
+        out of ``pg_stat_activity.client_port`` or MariaDB's processlist.
+        """
+        return sorted(port for relay in self.relays for port in relay.ports())
 
     def cut(self) -> None:
         """Drop every packet both ways, established connections included."""

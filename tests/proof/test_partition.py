@@ -1,0 +1,248 @@
+"""Network partitions between real hosts: a ``runjobs`` worker cut off from the database.
+
+Worker A runs in a network namespace of its own (tests/proof/netns.py) and reaches the
+database server over a veth link through a TCP relay; worker B runs on the test's own host.
+The link is cut with iptables DROP both ways, so A's connections stall exactly as behind a
+dead switch: nothing is refused, packets vanish, the kernel retransmits with backoff.
+
+* Cut and heal while A holds leases: B reclaims them once they expire (epoch + 1) and
+  completes the jobs from A's last checkpoints; after the heal A's late writes are refused
+  (its log says ``lease-lost``, and not one job or attempt row changes), every job completed
+  exactly once with A's attempt ``interrupted``, and A recovers by itself: same process, its
+  worker row heartbeats again, and it claims and completes jobs submitted after the heal.
+* The cut lands inside A's transaction holding a row lock: the server keeps the transaction
+  (and the lock) open for as long as the cut lasts; B's claim skips the row, so the job waits
+  for the heal; with ``idle_in_transaction_session_timeout`` (PostgreSQL) or
+  ``idle_transaction_timeout`` (MariaDB) the server ends it and B takes over during the cut.
+* A slow, lossy link (not a cut): no job is lost or done twice.
+
+PostgreSQL and MariaDB; SQLite has no network (a worker on another host cannot share its
+file). Timings measured here (how long B waits, how long A takes to notice the heal) are
+printed for the report (``-s``) and bounded by the assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+
+from django_durable_jobs import submit
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.vocabulary import WorkerState
+from tests.proof import netns
+from tests.proof.netns import Host
+from tests.settings import TEST_DB
+from tests.support import REPO_ROOT, db_state, wait_for
+from tests.worker_support import FAST, RunJobs, WorkerPool, attempts, checkpoint_done, job
+
+pytestmark = [
+    pytest.mark.proof,
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        TEST_DB == "sqlite",
+        reason="SQLite has no network: a worker on another host cannot share its database file",
+    ),
+]
+
+LEASE = 2.0  # FAST's --lease
+STEPS = 12
+STEP_DELAY = 0.25
+
+
+class RemoteRunJobs(RunJobs):
+    """A ``runjobs`` child started inside ``host``'s namespace (``ip netns exec`` execs it)."""
+
+    def __init__(
+        self, host: Host, args: list[str], env: dict[str, str], log_dir: Path, name: str
+    ) -> None:
+        self.name = name
+        self.args = args
+        self.stdout_path = log_dir / f"{name}.stdout"
+        self.stderr_path = log_dir / f"{name}.stderr"
+        argv = host.command([sys.executable, "-m", "django", "runjobs", *args])
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                argv,
+                env={**os.environ, **env},
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.started = time.monotonic()
+
+
+@dataclass
+class Partition:
+    """A host in its own namespace, the environment that reaches the database through it, and
+    the pool whose workers are all killed before the host is closed."""
+
+    host: Host
+    pool: WorkerPool
+    remote_env: dict[str, str]
+    folder: Path
+
+    def start_remote(self, *args: str) -> RunJobs:
+        name = f"remote{len(self.pool.workers) + 1}"
+        worker = RemoteRunJobs(self.host, [*FAST, *args], self.remote_env, self.folder, name)
+        self.pool.workers.append(worker)
+        return worker
+
+
+@pytest.fixture
+def partition(transactional_db, db_settings_env, tmp_path) -> Iterator[Partition]:
+    reason = netns.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    port = int(settings.DATABASES["default"]["PORT"])
+    with Host("part") as host:
+        gateway, _ = host.forward(port)
+        env = {
+            **db_settings_env,
+            "DURABLE_JOBS_DB_HOST": gateway,
+            "DURABLE_JOBS_DB_PORT": str(port),
+        }
+        with WorkerPool(db_settings_env, tmp_path) as pool:
+            yield Partition(host, pool, env, tmp_path)
+
+
+def note(text: str) -> None:
+    """Print a measurement for the report (shown with ``pytest -s``)."""
+    print(f"[partition {TEST_DB}] {text}", flush=True)
+
+
+def log_lines(worker: RunJobs, text: str) -> list[str]:
+    return [line for line in worker.stderr().splitlines() if text in line]
+
+
+def locked(job_id: int) -> bool:
+    """Return True when another transaction holds the job's row lock (asked without waiting)."""
+    try:
+        with transaction.atomic():
+            list(Job.objects.select_for_update(nowait=True).filter(pk=job_id))
+    except DatabaseError:
+        return True
+    return False
+
+
+def open_transactions(host: Host) -> list[float]:
+    """Return how long (seconds) each open transaction of ``host``'s sessions has been open.
+
+    The server sees the host's sessions as the relay's connections (``Host.relayed_ports``).
+    """
+    ports = set(host.relayed_ports())
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT client_port, EXTRACT(EPOCH FROM clock_timestamp() - xact_start)"
+                " FROM pg_stat_activity WHERE xact_start IS NOT NULL AND client_port IS NOT NULL"
+            )
+            rows = cursor.fetchall()
+        else:
+            cursor.execute(
+                "SELECT p.HOST, TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)) / 1e6"
+                " FROM information_schema.PROCESSLIST p"
+                " JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID"
+            )
+            rows = [
+                (int(host_port.rsplit(":", 1)[1]), age)
+                for host_port, age in cursor.fetchall()
+                if ":" in host_port
+            ]
+    return [float(age) for port, age in rows if port in ports]
+
+
+def test_cut_while_holding_leases_then_heal(partition: Partition) -> None:
+    ids = [
+        submit("tests.steps", {"steps": STEPS, "delay": STEP_DELAY, "n": n}).pk for n in range(3)
+    ]
+    a = partition.start_remote("--concurrency", "3")
+    a_row = a.wait_for_row()
+    wait_for(
+        lambda: all(job(i).owner_id == a_row.owner_id and checkpoint_done(i) >= 2 for i in ids),
+        "worker A to hold all three leases, two checkpoints each",
+    )
+    partition.host.cut()
+    cut_at = time.monotonic()
+    at_cut = {i: checkpoint_done(i) for i in ids}
+
+    b = partition.pool.start("--concurrency", "3")
+    b_row = b.wait_for_row()
+
+    def finished_or_held() -> bool:
+        # A job B cannot reclaim is one whose row A's stalled transaction locks: B's claim
+        # skips it. Asked twice, so B's own short claim transaction is not taken for A's.
+        stalled = bool(open_transactions(partition.host))
+        return all(job(i).status == JobStatus.COMPLETE or (stalled and locked(i)) for i in ids)
+
+    wait_for(
+        lambda: finished_or_held() and (time.sleep(0.3) or finished_or_held()),
+        "B to finish every job whose row A's stalled transaction does not lock",
+    )
+    stalled = open_transactions(partition.host)
+    by_b = [i for i in ids if job(i).status == JobStatus.COMPLETE]
+    held = [i for i in ids if i not in by_b]
+    note(
+        f"B completed {len(by_b)} job(s) {time.monotonic() - cut_at:.1f}s into the cut; "
+        f"{len(held)} row(s) locked by A's transaction stalled by the cut "
+        f"(A's open transactions: {len(stalled)})"
+    )
+    for i in by_b:
+        assert checkpoint_done(i) == STEPS
+        assert job(i).fencing_epoch == 2
+    before_heal = db_state()
+
+    partition.host.heal()
+    healed_at = time.monotonic()
+    # A's late writes reach the server only now, and every one is refused: its log says so.
+    for i in by_b:
+        a.wait_for_log(f"job {i} tests.steps attempt=1 epoch=1 outcome=lease-lost")
+    noticed = time.monotonic() - healed_at
+    if not held:
+        assert db_state() == before_heal  # not one row of A's landed
+    wait_for(lambda: all(job(i).status == JobStatus.COMPLETE for i in ids), "every job complete")
+    for i in held:
+        a.wait_for_log(f"job {i} tests.steps attempt=1 epoch=1 outcome=lease-lost")
+
+    for i in ids:
+        done = job(i)
+        assert attempts(i) == [
+            ("interrupted", 1, a_row.owner_id),
+            ("complete", 2, b_row.owner_id),
+        ]
+        assert (done.owner_id, done.fencing_epoch, done.attempts) == (b_row.owner_id, 2, 2)
+        assert json.loads(done.result) == {"done": STEPS, "attempt": 2}
+        assert json.loads(done.checkpoint) == {"done": STEPS}
+        assert at_cut[i] >= 2
+    assert log_lines(a, "outcome=complete") == []
+
+    # A recovers by itself: the same process heartbeats again and serves new work.
+    wait_for(
+        lambda: a.row().heartbeat_at > a_row.heartbeat_at and a.row().state() == WorkerState.ALIVE,
+        "A's worker row to heartbeat after the heal",
+    )
+    heartbeat_back = time.monotonic() - healed_at
+    assert a.running() and a.row().pk == a_row.pk
+    b.send(signal.SIGTERM)
+    assert b.wait() == 0
+    new = [submit("tests.steps", {"steps": 2, "delay": 0, "after": n}).pk for n in range(2)]
+    wait_for(lambda: all(job(i).status == JobStatus.COMPLETE for i in new), "A to finish new jobs")
+    for i in new:
+        assert (job(i).owner_id, job(i).fencing_epoch) == (a_row.owner_id, 1)
+    note(
+        f"cut lasted {healed_at - cut_at:.1f}s; A's refusals logged {noticed:.1f}s after the "
+        f"heal, its heartbeat back after {heartbeat_back:.1f}s"
+    )

@@ -246,3 +246,111 @@ def test_cut_while_holding_leases_then_heal(partition: Partition) -> None:
         f"cut lasted {healed_at - cut_at:.1f}s; A's refusals logged {noticed:.1f}s after the "
         f"heal, its heartbeat back after {heartbeat_back:.1f}s"
     )
+
+
+# A client on the partitioned host that claims a job and is cut inside a fenced write: its
+# UPDATE (guarded by owner and epoch, as the store's writes are) holds the row lock, and the
+# COMMIT it sends once told to is lost in the cut, so the server keeps the transaction open.
+LOCKING_CLIENT = r"""
+import sys
+import django
+
+django.setup()
+from django.db import connection, transaction
+from django_durable_jobs.models import Job
+from django_durable_jobs.store import DurableJobStore
+
+job_id, server_timeout = sys.argv[1], float(sys.argv[2])
+store = DurableJobStore(actor="partitioned-client", lease_seconds=float(sys.argv[3]))
+lease = store.claim(job_id)
+with connection.cursor() as cursor:
+    if server_timeout and connection.vendor == "postgresql":
+        cursor.execute("SET idle_in_transaction_session_timeout = %s", [int(server_timeout * 1000)])
+    elif server_timeout:
+        cursor.execute("SET SESSION idle_transaction_timeout = %s", [int(server_timeout)])
+print("claimed", lease.owner_id, flush=True)
+try:
+    with transaction.atomic():
+        fenced = Job.objects.filter(pk=job_id, owner_id=lease.owner_id, fencing_epoch=lease.epoch)
+        print("locked", fenced.update(progress=50), flush=True)
+        sys.stdin.readline()
+    print("committed", flush=True)
+except Exception as exc:
+    print("failed", type(exc).__name__, str(exc).replace("\n", " "), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "server_timeout", [None, 1.0], ids=["no-server-timeout", "idle-timeout-1s"]
+)
+def test_cut_inside_a_transaction_holding_the_row_lock(
+    partition: Partition, server_timeout: float | None
+) -> None:
+    job_id = submit("tests.steps", {"steps": 2, "delay": 0}).pk
+    argv = [sys.executable, "-c", LOCKING_CLIENT, str(job_id), str(server_timeout or 0), str(LEASE)]
+    client = subprocess.Popen(
+        partition.host.command(argv),
+        env={**os.environ, **partition.remote_env},
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, owner = client.stdout.readline().split()
+        assert client.stdout.readline().split() == ["locked", "1"]
+        partition.host.cut()
+        cut_at = time.monotonic()
+        client.stdin.write("commit\n")  # its COMMIT goes out into the cut and is lost
+        client.stdin.flush()
+        expires = job(job_id).lease_expires_at
+        b = partition.pool.start("--concurrency", "1")
+        b_row = b.wait_for_row()
+        if server_timeout is None:
+            # The server keeps the cut client's transaction, and its lock, open: B's claim
+            # skips the locked row (SKIP LOCKED), so it does not block, but neither does it
+            # take the job over, however long ago the lease expired.
+            wait_for(
+                lambda: open_transactions(partition.host) and time.monotonic() - cut_at > LEASE + 2,
+                "the lease to be 2 s past its expiry",
+            )
+            assert (job(job_id).owner_id, job(job_id).fencing_epoch) == (owner, 1)
+            assert locked(job_id)
+            assert b.row().heartbeat_at > b_row.heartbeat_at  # B is not stuck, only skipping
+            held_for = max(open_transactions(partition.host))
+            assert held_for >= LEASE + 2
+            partition.host.heal()
+            healed_at = time.monotonic()
+            assert client.stdout.readline().strip() == "committed"
+            commit_after = time.monotonic() - healed_at
+            taken = wait_for(lambda: job(job_id).fencing_epoch == 2 and job(job_id), "B's reclaim")
+            reclaimed_after = time.monotonic() - healed_at
+            note(
+                f"cut inside a transaction, no server timeout: lock held {held_for:.1f}s into the "
+                f"cut (until the heal), B skipped the row meanwhile; the client's COMMIT arrived "
+                f"{commit_after:.1f}s after the heal, B reclaimed {reclaimed_after:.1f}s after it"
+            )
+        else:
+            # The server ends the idle transaction: the lock goes, B takes over during the cut.
+            taken = wait_for(lambda: job(job_id).fencing_epoch == 2 and job(job_id), "B's reclaim")
+            reclaimed_at = time.monotonic() - cut_at
+            assert open_transactions(partition.host) == []
+            assert client.poll() is None and client.stdout is not None
+            partition.host.heal()
+            healed_at = time.monotonic()
+            answer = client.stdout.readline().strip()
+            assert answer.startswith("failed"), answer  # its COMMIT found its session ended
+            note(
+                f"cut inside a transaction, idle timeout {server_timeout:g}s: B reclaimed "
+                f"{reclaimed_at:.1f}s into the cut; the client learnt its transaction was gone "
+                f"{time.monotonic() - healed_at:.1f}s after the heal: {answer[:120]}"
+            )
+        assert taken.owner_id == b_row.owner_id
+        assert taken.lease_expires_at > expires
+        wait_for(lambda: job(job_id).status == JobStatus.COMPLETE, "B to complete the job")
+        assert attempts(job_id) == [("interrupted", 1, owner), ("complete", 2, b_row.owner_id)]
+        assert json.loads(job(job_id).result) == {"done": 2, "attempt": 2}
+    finally:
+        client.kill()
+        client.wait()

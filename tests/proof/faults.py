@@ -16,7 +16,8 @@ that its connection can be killed:
 
 A trigger does nothing until the test *arms* it (a row in the control table, committed). On
 PostgreSQL and MariaDB it then fires exactly once: the matching rows are counted by a sequence,
-which a rollback does not undo, and only the ``skip + 1``-th fires. SQLite has no write outside
+which a rollback does not undo, and only the ``skip + 1``-th fires (or, made with ``once=False``,
+every one after the ``skip``-th while armed). SQLite has no write outside
 the transaction, so there the count is rolled back with the fault: the trigger fires at the same
 point of every transaction until the test disarms it (:attr:`Faults.once` says which).
 
@@ -71,6 +72,7 @@ class Fault:
     name: str
     point: Point
     holds: bool
+    once: bool = True
 
     def arm(self) -> None:
         """Commit the control row that switches the trigger on."""
@@ -114,9 +116,13 @@ class Faults:
             f"CREATE TABLE {ARMED} (name varchar(100) PRIMARY KEY, passed integer NOT NULL)"
         )
 
-    def raising(self, name: str, point: Point) -> Fault:
-        """Install a trigger that raises ``proof fault <name>`` at ``point`` once armed."""
-        return self._install(Fault(self, name, point, holds=False))
+    def raising(self, name: str, point: Point, *, once: bool = True) -> Fault:
+        """Install a trigger that raises ``proof fault <name>`` at ``point`` once armed.
+
+        With ``once=False`` it raises at every matching row after the skipped ones, for as long
+        as it is armed (a database that keeps refusing).
+        """
+        return self._install(Fault(self, name, point, holds=False, once=once))
 
     def holding(self, name: str, point: Point) -> Fault:
         """Install a trigger that holds the transaction at ``point`` once armed (see module)."""
@@ -133,7 +139,7 @@ class Faults:
         return fault
 
     def _install_pg(self, fault: Fault) -> None:
-        name, point = fault.name, fault.point
+        name, point, fires = fault.name, fault.point, _fires(fault)
         if fault.holds:
             action = f"PERFORM pg_advisory_xact_lock({PG_LOCK_KEY});"
         else:
@@ -144,7 +150,7 @@ class Faults:
             BEGIN
               IF {point.when} THEN
                 IF EXISTS (SELECT 1 FROM {ARMED} WHERE name = '{name}') THEN
-                  IF nextval('{name}_seq') = {point.skip + 1} THEN
+                  IF nextval('{name}_seq') {fires} THEN
                     {action}
                   END IF;
                 END IF;
@@ -158,7 +164,7 @@ class Faults:
         )
 
     def _install_mysql(self, fault: Fault) -> None:
-        name, point = fault.name, fault.point
+        name, point, fires = fault.name, fault.point, _fires(fault)
         if fault.holds:
             action = f"DO GET_LOCK('{self.mysql_lock()}', {HOLD_SECONDS})"
         else:
@@ -169,7 +175,7 @@ class Faults:
             FOR EACH ROW BEGIN
               IF {point.when} THEN
                 IF EXISTS (SELECT 1 FROM {ARMED} WHERE name = '{name}') THEN
-                  IF NEXTVAL({name}_seq) = {point.skip + 1} THEN
+                  IF NEXTVAL({name}_seq) {fires} THEN
                     {action};
                   END IF;
                 END IF;
@@ -213,6 +219,11 @@ class Faults:
     def mysql_lock(self) -> str:
         """Return the name of the MariaDB user lock a holding trigger waits for (per database)."""
         return f"proof_fault_{connections[self.using].settings_dict['NAME']}"[:64]
+
+
+def _fires(fault: Fault) -> str:
+    """Return the test of a matching row's number (counted by the sequence) that fires."""
+    return f"= {fault.point.skip + 1}" if fault.once else f"> {fault.point.skip}"
 
 
 # -- killing a held connection (PostgreSQL, MariaDB) ------------------------------------------

@@ -190,9 +190,12 @@ def _check_complete(report: Report, submitted: dict[str, str], jobs: dict[str, d
                 f"{job.get('error')!r}",
             )
     for job_id, job in sorted(jobs.items()):
-        if job["operation"] == TICK and job["status"] != COMPLETE:
-            lost += 1
-            report.add("complete", job_id, f"tick {job['idempotency_key']} is {job['status']}")
+        if job_id in submitted or job["status"] == COMPLETE:
+            continue
+        lost += 1  # a tick, or a job whose submission the harness never heard back from
+        report.add(
+            "complete", job_id, f"{job['operation']} {job['idempotency_key']} is {job['status']}"
+        )
     return lost
 
 

@@ -110,3 +110,22 @@ def test_a_released_retry_request_does_not_outlive_the_next_claim() -> None:
     clock.advance(11)
     assert store.claim_next(resume_expired=()) == [], "a held job was taken again by itself"
     assert Job.objects.get(pk=lease.job_id).retry_requested_at is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: release() given the same lease twice refuses the whole call with "
+    "LeaseLost ('Rows changed under their locks'), although the claim is still held",
+)
+def test_release_skips_a_lease_given_twice() -> None:
+    """``release`` hands a claim back once however often its lease is listed.
+
+    Found while modelling ``release``: ``record_outcomes`` answers a repeated lease with one
+    outcome and one ``LeaseLost``, but ``release`` counts the repeated lease twice, matches one
+    row, and refuses everything with a lost lease, the job still held by the caller.
+    """
+    clock = FakeClock()
+    store = DurableJobStore(actor="worker-a", lease_seconds=10, clock=clock)
+    lease = store.insert("tests.hold", submission=Submission(None, None, '{"n":1}'))
+    assert store.release([lease, lease]) == 1
+    assert Job.objects.get(pk=lease.job_id).status == "pending"

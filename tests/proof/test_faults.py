@@ -2,7 +2,8 @@
 
 For each transition the worker depends on — ``claim_next`` (the one-statement claim of pending
 work), ``claim_batch`` (the row-by-row claim that reclaims expired leases), ``record_outcomes``
-(the completer's batched flush), ``complete_atomically``, ``retry_atomically``, ``renew_leases``
+(the completer's batched flush, also where it schedules a failed job's automatic retry),
+``complete_atomically``, ``retry_atomically``, ``renew_leases``
 and a schedule tick — a fault fires at a chosen row event *after* the transition already wrote
 something in its transaction (tests/proof/faults.py):
 
@@ -39,8 +40,10 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connections
 
+from django_durable_jobs import registry
 from django_durable_jobs.errors import JobError
-from django_durable_jobs.models import Job, JobAttempt, Schedule
+from django_durable_jobs.models import CapacityGate, Job, JobAttempt, Schedule
+from django_durable_jobs.retry import RetryPolicy
 from django_durable_jobs.schedules import tick_key
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.values import Outcome
@@ -54,6 +57,8 @@ from tests.testapp.models import DomainRow, RetryHistory
 pytestmark = [pytest.mark.proof, pytest.mark.django_db(transaction=True)]
 
 OP = "proof.faults"  # not registered: no retry policy or capacity limit applies
+RETRIED = "proof.faults.retried"  # registered by the ``faults`` fixture, with RETRY_POLICY
+RETRY_POLICY = RetryPolicy(max_attempts=3, base_delay=5.0, max_delay=5.0, jitter=0.0)
 JOB = Job._meta.db_table
 ATTEMPT = JobAttempt._meta.db_table
 SCHEDULE = Schedule._meta.db_table
@@ -69,11 +74,17 @@ def faults(transactional_db) -> Iterator[Faults]:
     """Return the fault triggers of this test; all are dropped when it ends, even on failure."""
     installed = Faults()
     installed.setup()
+    _register_retried()
     try:
         yield installed
     finally:
+        registry.unregister(RETRIED)
         reset_broken_connections()  # a killed connection is replaced first
         installed.drop_all()
+
+
+def _register_retried() -> None:
+    registry.operation(RETRIED, retry=RETRY_POLICY)(lambda ctx, payload: None)
 
 
 # -- the transitions ------------------------------------------------------------------------------
@@ -128,7 +139,8 @@ def _prepare_claim_batch(store, rival, clock) -> dict:
 
 
 def _call_claim_batch(store, scene):
-    return store.claim_batch(operations=[OP], limit=3, resume_expired=[OP])
+    # With a max_running limit: the capacity gate's row is written first.
+    return store.claim_batch(operations=[OP], limit=3, resume_expired=[OP], max_running=10)
 
 
 def _check_claim_batch(store, scene, claimed) -> None:
@@ -141,6 +153,7 @@ def _check_claim_batch(store, scene, claimed) -> None:
     assert sorted(interrupted) == sorted(
         (job_id, 1, scene["rival"], "interrupted") for job_id in scene["expired"]
     )
+    assert list(CapacityGate.objects.values_list("operation", flat=True)) == [OP]
 
 
 def _prepare_leases(store, rival, clock) -> dict:
@@ -162,6 +175,33 @@ def _check_record_outcomes(store, scene, recorded) -> None:
         assert (row.status, row.result, row.progress) == ("complete", json.dumps({"n": n}), 100)
         history = JobAttempt.objects.filter(job_id=lease.job_id)
         assert list(history.values_list("epoch", "outcome")) == [(1, "complete")]
+
+
+def _prepare_retried(store, rival, clock) -> dict:
+    leases = [store.insert(RETRIED, submission=submission({"n": n}, key=f"f{n}")) for n in range(3)]
+    clock.advance(1)
+    return {"leases": leases}
+
+
+def _call_record_failures(store, scene):
+    first, *failing = scene["leases"]
+    return store.record_outcomes(
+        [Outcome.completed(first, "{}"), *(Outcome.failed(lease, "flaky") for lease in failing)]
+    )
+
+
+def _check_record_failures(store, scene, recorded) -> None:
+    now = store.clock()
+    assert [r.status for r in recorded] == ["complete", "failed", "failed"]
+    first, *failing = scene["leases"]
+    for lease in failing:
+        row = Job.objects.get(pk=lease.job_id)
+        assert (row.status, row.error, row.retry_requested_at) == ("failed", "flaky", now)
+        assert row.run_after == now + timedelta(seconds=RETRY_POLICY.delay(1))
+    outcomes = JobAttempt.objects.values_list("job_id", "outcome")
+    assert sorted(outcomes) == sorted(
+        [(first.job_id, "complete"), *((lease.job_id, "failed") for lease in failing)]
+    )
 
 
 def _prepare_one(store, rival, clock) -> dict:
@@ -284,6 +324,19 @@ TRANSITIONS: dict[str, Transition] = {
         _prepare_leases,
         _call_record_outcomes,
         _check_record_outcomes,
+    ),
+    # The retry scheduled for the second failure, after the UPDATE that ended the three attempts
+    # and their history rows (an operation with a retry policy).
+    "record_outcomes_retry": Transition(
+        Point(
+            JOB,
+            "UPDATE",
+            "NEW.retry_requested_at IS NOT NULL AND OLD.retry_requested_at IS NULL",
+            skip=1,
+        ),
+        _prepare_retried,
+        _call_record_failures,
+        _check_record_failures,
     ),
     # The history row, after the domain row and the job's UPDATE.
     "complete_atomically": Transition(
@@ -419,6 +472,7 @@ def child_main(marker: str, payload: str) -> None:
     The store gets the test store's owner id: it is the same client, in a process of its own.
     """
     register_hold(marker)
+    _register_retried()
     data = pickle.loads(base64.b64decode(payload))
     store = DurableJobStore(actor="worker-a", lease_seconds=LEASE, clock=FakeClock(data["now"]))
     store.owner_id = data["owner_id"]

@@ -47,6 +47,7 @@ DOMAIN, PLAIN, TICK = "chaos.domain", "chaos.plain", "chaos.tick"
 OPERATIONS = (DOMAIN, PLAIN, TICK)
 RUNNING, COMPLETE = "running", "complete"
 TICK_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+ENDINGS = ("outcome", "complete_atomically", "complete")  # the writes that complete a job
 EVIDENCE_LIMIT = 50  # violations kept per property (the count is always exact)
 
 
@@ -149,6 +150,11 @@ def check(run: RunData) -> Report:
     lost += tick_lost
     _check_audit_epochs(report, audit)
     accepted, refused = _check_history(report, run, audit)
+    logged = {
+        (uid(r["job_id"]), r["epoch"], r["owner_id"])
+        for r in run.history
+        if r["accepted"] and r["kind"] in ENDINGS
+    }
 
     outcomes = Counter(a["outcome"] for job in attempts.values() for a in job)
     report.counts = {
@@ -168,6 +174,14 @@ def check(run: RunData) -> Report:
         "writes_accepted": accepted,
         "stale_writes_refused": refused,
         "audit_rows": len(run.audit),
+        # Completions the database has but no process logged as accepted: their COMMIT
+        # landed while the connection broke (a restart, a partition), so the worker never heard.
+        "completions_unlogged": sum(
+            1
+            for job_id, job in jobs.items()
+            if job["status"] == COMPLETE
+            and (job_id, job["fencing_epoch"], job["owner_id"]) not in logged
+        ),
         "duplicates": duplicates,
         "lost": lost,
     }
@@ -537,6 +551,7 @@ def summary_lines(report: Report, faults: dict[str, int]) -> Iterable[str]:
     yield (
         f"writes accepted {counts['writes_accepted']}, interrupted attempts "
         f"{counts['interrupted_attempts']}, released attempts {counts['released_attempts']}, "
+        f"completions whose commit no worker heard back {counts['completions_unlogged']}, "
         f"audit rows {counts['audit_rows']}"
     )
     if report.ok:

@@ -114,6 +114,7 @@ class Fleet:
     generations: dict[int, int] = field(default_factory=dict)
     done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     exits: list[str] = field(default_factory=list)
+    protected: set[int] = field(default_factory=set)  # slots no kill may take (a cut one)
 
     def start(self, slot: int, *extra: str) -> Worker:
         """Start the slot's next process (in the namespace for the partitioned slot)."""
@@ -150,10 +151,11 @@ class Fleet:
     def kill(self, slot: int, down: float) -> Worker | None:
         """SIGKILL the slot's process; start another ``down`` seconds later.
 
-        A paused process is left to wake up (its stale writes are the point of the pause): the
-        next running one is killed instead.
+        A paused or cut-off process is left to wake up (its stale writes are the point of the
+        pause or the partition): the next running one is killed instead.
         """
         order = [(slot + k) % self.slots for k in range(self.slots)]
+        order = [s for s in order if s not in self.protected]
         running = [self.alive(s) for s in order]
         worker = next((w for w in running if w is not None and not w.paused), None)
         if worker is None:

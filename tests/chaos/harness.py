@@ -301,6 +301,7 @@ class Run:
                     self.say(f"SIGCONT {subject.name}")
                 elif action == "heal":
                     self.host.heal()
+                    fleet.protected.discard(self.partition_slot)
                     self.say("partition healed")
             while queue and queue[0].at <= elapsed:
                 fault = queue.pop(0)
@@ -328,6 +329,7 @@ class Run:
                 later.append((elapsed + fault.length, "resume", worker))
         elif fault.kind == "partition" and self.host is not None:
             self.host.cut()
+            fleet.protected.add(self.partition_slot)
             fleet.done["partition"] += 1
             self.say(f"partition: worker {fault.victim} cut off for {fault.length:.1f}s {backlog}")
             later.append((elapsed + fault.length, "heal", None))
@@ -443,6 +445,7 @@ def run(argv: list[str] | None = None) -> int:
     from django.db import connections
 
     connections.close_all()
+    (folder / "submitted.json").write_text(json.dumps(chaos.submitted))
     data = checker.load_run(
         "default",
         audit.TABLE,

@@ -20,7 +20,7 @@ from django.db import DatabaseError
 
 from ..terminal import printable
 from ..values import Outcome, Recorded
-from .connections import close_thread_connections, persist
+from .connections import close_thread_connections, persist, reset_broken_connections
 from .held import Held
 from .reports import AttemptReport, report_recorded
 
@@ -90,28 +90,35 @@ class Completer(threading.Thread):
         """Write ``batch`` in one transaction and report each attempt.
 
         The store ends an attempt whose outcome cannot be stored as a failure of its own, so a
-        flush is refused only by a fault nobody foresaw: then each outcome is written alone,
-        and the fault costs only the outcome that causes it. A database that stays unavailable
-        costs the whole flush: the leases will expire and the jobs stay evidence.
+        batch is refused only by a fault nobody foresaw, or by the database: one statement too
+        large for it (MariaDB's ``max_allowed_packet`` drops the connection), a connection
+        lost. Then each outcome is written alone, so the fault costs only the outcome that
+        causes it: a batch is never retried as a whole, or a batch the server cannot take
+        would stop every outcome after it. One outcome alone is retried while the database is
+        unavailable; a database that stays unavailable costs it: its lease will expire and the
+        job stays evidence.
         """
         outcomes = [item.outcome for item in batch]
         try:
-            recorded = persist(lambda: self.store.record_outcomes(outcomes), self.retry_until)
-        except DatabaseError as exc:
-            self._unrecorded(batch, exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - a completer that died would strand every job
             if len(batch) > 1:
-                reason = printable(exc, keep_newlines=False)
-                logger.error(
-                    "a flush of %d outcomes was refused (%s); writing each alone",
-                    len(batch),
-                    reason,
-                )
-                for item in batch:
-                    self.flush([item])
+                recorded = self.store.record_outcomes(outcomes)
             else:
+                recorded = persist(lambda: self.store.record_outcomes(outcomes), self.retry_until)
+        except Exception as exc:  # noqa: BLE001 - a completer that died would strand every job
+            if len(batch) == 1:
                 self._unrecorded(batch, exc)
+                return
+            unavailable = isinstance(exc, DatabaseError)  # or too large a statement
+            if unavailable:
+                reset_broken_connections()
+            logger.log(
+                logging.WARNING if unavailable else logging.ERROR,
+                "a flush of %d outcomes was refused (%s); writing each alone",
+                len(batch),
+                printable(exc, keep_newlines=False),
+            )
+            for item in batch:
+                self.flush([item])
             return
         for item, result in zip(batch, recorded, strict=True):
             self.on_recorded(item.held, report_recorded(item.held.claim, result, item.duration))

@@ -104,18 +104,18 @@ def faults(transactional_db) -> Iterator[Faults]:
 
 
 @pytest.fixture
-def start(faults, db_settings_env, tmp_path) -> Iterator[Callable[[WorkerPoint], RunJobs]]:
+def start(faults, db_settings_env, tmp_path) -> Iterator[Callable[..., RunJobs]]:
     """Return ``start(point)``: a runjobs child for ``point``; killed before the faults drop."""
     pools: list[WorkerPool] = []
 
-    def start_worker(point: WorkerPoint) -> RunJobs:
+    def start_worker(point: WorkerPoint, *args: str) -> RunJobs:
         env = dict(db_settings_env)
         if point.schedules:
             env["DJANGO_SETTINGS_MODULE"] = "tests.settings_schedules"
             env["DURABLE_JOBS_TEST_SETTINGS"] = json.dumps({"SCHEDULES": {"beat": BEAT}})
         pool = WorkerPool(env, Path(tmp_path))
         pools.append(pool)
-        return pool.start("--concurrency", "2")
+        return pool.start(*(args or ("--concurrency", "2")))
 
     yield start_worker
     for pool in pools:
@@ -230,6 +230,38 @@ def test_renewals_refused_past_the_lease_cost_one_interrupted_attempt_and_nothin
     checkpoint = json.loads(interrupted.snapshot["checkpoint"])["done"]
     resumed_from = int((tmp_path / f"started-{job_id}-2").read_text())
     assert 0 < resumed_from == checkpoint < 15  # resumed from the first attempt's checkpoint
+    assert worker.running(), worker.logs()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.logs()
+
+
+def test_a_flush_the_server_refuses_as_a_whole_is_written_in_parts(faults, start, tmp_path):
+    # Ten attempts end together, each with a 1 MB proposal, checkpoint and result (within the
+    # payload cap): one flush of them is one statement of about 30 MB, more than MariaDB takes
+    # by default (max_allowed_packet, 16 MiB), which drops the connection. The completer must
+    # still record every outcome, not retry that statement for ever.
+    blob = "x" * 1_000_000
+    jobs = [
+        submit("tests.large", {"blob": blob, "markers": str(tmp_path), "n": n}).pk
+        for n in range(10)
+    ]
+    worker = start(POINTS["flush"], "--concurrency", "10")
+    wait_for(
+        lambda: len(list(tmp_path.glob("started-*"))) == len(jobs),
+        "every attempt to start",
+        diagnose=worker.logs,
+    )
+    (tmp_path / "open-all").touch()
+
+    def done() -> bool:
+        return Job.objects.filter(pk__in=jobs, status=JobStatus.COMPLETE).count() == len(jobs)
+
+    wait_for(done, "the ten outcomes to be recorded", diagnose=worker.logs)
+    owner = worker.row().owner_id
+    for job_id in jobs:
+        assert attempts(job_id) == [("complete", 1, owner)], worker.logs()
+    results = Job.objects.filter(pk__in=jobs).values_list("result", flat=True)
+    assert all(json.loads(result) == {"blob": blob} for result in results)
     assert worker.running(), worker.logs()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.logs()

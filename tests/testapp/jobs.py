@@ -172,3 +172,18 @@ def exit_process(ctx, payload):
 
 
 from . import chaos_jobs  # noqa: F401,E402
+
+# -- Added for tests/proof/test_faults_worker.py ---------------------------------------------------
+
+
+@operation("tests.large")
+def large(ctx, payload):
+    """Checkpoint ``payload["blob"]``, wait for ``open-all`` in the markers folder (30 s at most),
+    then return it: attempts that end together, each with large rows to record."""
+    _touch(payload, f"started-{ctx.job_id}-{ctx.attempt}")
+    ctx.checkpoint({"blob": payload["blob"]})
+    opened = Path(payload["markers"], "open-all")
+    deadline = time.monotonic() + 30
+    while not opened.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"blob": payload["blob"]}

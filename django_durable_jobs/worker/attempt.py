@@ -23,6 +23,7 @@ from .. import registry, tracing
 from ..errors import InputInvalid, JobCancelled
 from ..store.outcomes import failure_details, refused_result, result_text, storable_message
 from ..values import Claimed, Lease, Outcome
+from ..vocabulary import AttemptOutcomeChoice
 from .connections import persist
 from .context import JobContext
 from .reports import AttemptEnd, AttemptReport, log, report_recorded
@@ -125,6 +126,10 @@ def run_and_record(
     outcome = run(ctx, executor)
     if outcome is None:
         report = AttemptReport.of(claim, AttemptEnd.COMPLETE, time.monotonic() - started)
+    elif stopped_by_lost_lease(ctx, outcome):
+        report = AttemptReport.of(
+            claim, AttemptEnd.LEASE_LOST, time.monotonic() - started, outcome.error
+        )
     else:
         (recorded,) = persist(
             lambda: store.record_outcomes([outcome]), retry_until or (lambda: False)
@@ -132,6 +137,25 @@ def run_and_record(
         report = report_recorded(claim, recorded, time.monotonic() - started)
     log(report)
     return report
+
+
+def stopped_by_lost_lease(ctx: JobContext | None, outcome: Outcome | None) -> bool:
+    """Return True when ``outcome`` must not be written: the attempt was told its lease is lost.
+
+    A ``ctx`` write refused with ``LeaseLost``, or a heartbeat that found the lease gone, ends
+    the attempt; what its code did next (raise, stop) is not the job's failure. Offering it to
+    the fence anyway is not harmless: each transaction is judged by the clock when it starts, so
+    a renewal sent before the refused write but reaching the database after it can revive the
+    lease, and the failure then commits, ending a resumable job as ``failed`` because of the
+    network (found by tests/proof/test_partition.py on a lossy link). Finished work
+    (``complete``) is still offered to the fence.
+    """
+    return (
+        ctx is not None
+        and ctx.lease_lost
+        and outcome is not None
+        and outcome.status != AttemptOutcomeChoice.COMPLETE
+    )
 
 
 def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:

@@ -111,10 +111,14 @@ class JobContext:
         return receipt
 
     def _fenced(self, write: str, call: Callable[[], Any]) -> Any:
-        """Return ``call()``, retried while the database restarts; count a ``LeaseLost``."""
+        """Return ``call()``, retried while the database restarts; count a ``LeaseLost``.
+
+        A refusal also sets ``lease_lost``: the attempt is over, whatever its code does next.
+        """
         try:
             return persist(call, self.retry_until)
         except LeaseLost:
+            self.lease_lost = True
             metrics.stale_write_refused(self.operation, write)
             raise
 

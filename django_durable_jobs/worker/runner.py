@@ -30,7 +30,7 @@ from ..store import DurableJobStore, Lease
 from ..store.outcomes import failure_details, storable_message
 from ..terminal import printable
 from ..values import Claimed, Outcome
-from .attempt import context_of, registered_executor, run
+from .attempt import context_of, registered_executor, run, stopped_by_lost_lease
 from .clock import ClockCheck
 from .clock import describe as describe_skew
 from .completer import FLUSH_MAX, Completer, Finished
@@ -364,6 +364,10 @@ class Worker(ShutdownMixin, TimeoutMixin):
             return False
         if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
             self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.COMPLETE, duration))
+            return True
+        if stopped_by_lost_lease(entry.ctx, outcome):  # nothing is written; the lease expires
+            lost = AttemptReport.of(entry.claim, AttemptEnd.LEASE_LOST, duration, outcome.error)
+            self._recorded(entry, lost)
             return True
         self.wake.set()
         self.completer.put(Finished(entry, outcome, duration))

@@ -438,3 +438,29 @@ def test_an_attempt_whose_write_was_refused_as_lost_records_no_failure() -> None
     assert (row.status, row.error, row.checkpoint) == (JobStatus.RUNNING, None, None)
     assert attempts(job_id) == []  # nothing was written: its lease expires, then a reclaim
     assert worker.outcomes == {"lease-lost": 1}
+
+
+def test_a_managed_attempt_whose_write_was_refused_as_lost_records_no_failure() -> None:
+    # The same race through JobManager, which records each outcome at once.
+    from django_durable_jobs.manager import JobManager
+
+    clock = live_clock()
+    manager = JobManager(actor="partition-manager", lease_seconds=5.0, clock=clock)
+
+    def refused_write(ctx):
+        clock.advance(6)
+        try:
+            ctx.checkpoint({"done": 1})
+        finally:
+            clock.advance(-6)
+        return {"unreachable": True}
+
+    try:
+        job_id = manager.start_job("tests.partition_managed", refused_write)
+        wait_for(lambda: manager.report(job_id), "the attempt to end")
+        assert manager.report(job_id).outcome == "lease-lost"
+    finally:
+        manager.destroy()
+    row = job(job_id)
+    assert (row.status, row.error, row.checkpoint) == (JobStatus.RUNNING, None, None)
+    assert attempts(job_id) == []

@@ -26,18 +26,32 @@ OPERATION_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 BIGINT_MAX = 2**63 - 1
 ATTEMPTS_MAX = 2**31 - 1
+# The longest lease, 30 days: a silent worker's job waits this long for another worker, so any
+# longer is no lease at all; and the expiry (the clock, up to 9998 UTC, plus the lease) must stay a
+# time Python can add and every database can store (years up to 9999).
+LEASE_SECONDS_MAX = 30 * 86400
 
 
 def job_id(value: Any) -> uuid.UUID:
     """Return ``value`` as a UUID, or refuse it."""
+    parsed = None
     if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str):
+        parsed = value
+    elif isinstance(value, str):
         try:
-            return uuid.UUID(value)
+            parsed = uuid.UUID(value)
         except ValueError:
             pass
-    raise InputInvalid(f"{value!r} is not a job id; job ids are UUIDs.")
+    if parsed is None:
+        raise InputInvalid(f"{value!r} is not a job id; job ids are UUIDs.")
+    if (parsed.int >> 76) & 0x8 and not (parsed.int >> 63) & 0x1:
+        # Version 8-15 with the NCS variant: MariaDB's UUID column refuses to store it (it could
+        # not tell such a value from one it byte-swapped), so no database may hold it as a job id.
+        raise InputInvalid(
+            f"{value!r} is not a job id: a UUID of version 8-15 must have the RFC 4122 variant "
+            f"(its 17th hex digit 8-b); use uuid.uuid4() or uuid.uuid7()."
+        )
+    return parsed
 
 
 def operation(value: Any) -> str:
@@ -329,6 +343,9 @@ def lease_seconds(value: Any, deprecated: Any = None) -> float:
         value = deprecated
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputInvalid(f"lease_seconds is a number of seconds; got {value!r}.")
-    if not math.isfinite(value) or value <= 0:
-        raise InputInvalid(f"lease_seconds must be a positive number of seconds; got {value!r}.")
+    if not math.isfinite(value) or not 0 < value <= LEASE_SECONDS_MAX:
+        raise InputInvalid(
+            f"lease_seconds must be a positive number of seconds, at most {LEASE_SECONDS_MAX:,} "
+            f"(30 days); got {value!r}."
+        )
     return float(value)

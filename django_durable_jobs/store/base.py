@@ -84,9 +84,14 @@ class StoreBase:
         self.scope = None if scope is None else validation.scope(scope)
         self.actor = None if actor is None else validation.name(actor, "actor")
         self.lease_seconds = validation.lease_seconds(lease_seconds, lease)
-        if using not in connections.databases:
+        if not isinstance(using, str) or using not in connections.databases:
             raise InputInvalid(f"No database alias {using!r} in settings.DATABASES.")
         self.using = using
+        if clock is not None and not callable(clock):
+            raise InputInvalid(
+                f"clock is a zero-argument callable returning an aware datetime (or None for "
+                f"django.utils.timezone.now); got {clock!r}."
+            )
         self.clock = clock or timezone.now
         self.owner_id = str(uuid.uuid4())
         self._claim_statements: dict[tuple, Any] = {}  # compiled claims, see batches.py
@@ -137,6 +142,21 @@ class StoreBase:
         if not isinstance(lease, Lease):
             raise InputInvalid(
                 f"Expected the Lease returned by a claim; got {type(lease).__name__}."
+            )
+        # A Lease built by hand (or altered with dataclasses.replace) reaches SQL as it is: a
+        # job id that is no UUID, or an epoch no column can hold, must be refused here, not
+        # fail in the database driver.
+        epoch = lease.epoch
+        if (
+            not isinstance(lease.job_id, uuid.UUID)
+            or not isinstance(lease.owner_id, str)
+            or isinstance(epoch, bool)
+            or not isinstance(epoch, int)
+            or not 0 <= epoch <= validation.BIGINT_MAX
+        ):
+            raise InputInvalid(
+                f"This is not a Lease a claim returned (job_id a UUID, owner_id text, epoch a "
+                f"whole number from 0 to {validation.BIGINT_MAX}); got {lease!r}."
             )
         return lease
 

@@ -29,6 +29,7 @@ from ..vocabulary import AttemptOutcomeChoice, JobStatus, is_authentic_pending, 
 from .base import StoreBase, _attempt_of, _loss_of
 from .batch_sql import DECREMENT, ClaimStatement, JobRows, insert_attempts
 from .outcomes import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS, refused_result, storable_message
+from .submissions import listed
 
 RELEASED = AttemptOutcomeChoice.RELEASED
 RELEASED_ERROR = "Released unstarted by a stopping worker; no code of this attempt ran."
@@ -131,7 +132,7 @@ class BatchMixin(StoreBase):
         The rows let the owner see cancellation requests made meanwhile. A lease that expired
         (or was taken over, or belongs to another client) cannot revive itself: None.
         """
-        leases = [self._lease_of(lease) for lease in leases]
+        leases = [self._lease_of(lease) for lease in listed(leases, "leases")]
         if not leases:
             return []
         rows = JobRows(self.using, self.scope)
@@ -168,7 +169,7 @@ class BatchMixin(StoreBase):
         ``failed``, with a message saying why, and costs no other outcome of the call. Only a
         value that is not an outcome at all refuses the whole call (``InputInvalid``).
         """
-        given = list(outcomes)
+        given = listed(outcomes, "outcomes")
         for outcome in given:
             _check_kind(outcome)
             self._lease_of(outcome.lease)
@@ -239,7 +240,7 @@ class BatchMixin(StoreBase):
         resumed lease ends its lease now with a retry request. Either way the history records a
         ``released`` attempt. Leases no longer held are skipped.
         """
-        leases = [self._lease_of(lease) for lease in leases]
+        leases = [self._lease_of(lease) for lease in listed(leases, "leases")]
         if not leases:
             return 0
         with bounded_atomic(self.using):

@@ -97,6 +97,8 @@ class ClaimMixin(BatchMixin, QuotaMixin):
             resume = registry.resumable_operations()
         else:
             resume = frozenset(_names(resume_expired, validation.operation))
+        if ops == [] or queue_names == []:
+            return []  # no operation or no queue to claim from: nothing (SQL has no empty IN)
 
         def candidates(now: datetime):
             base = self._jobs().filter(

@@ -431,10 +431,18 @@ _LINE_ENDS = str.maketrans(
 
 
 def _error_text(error: Any) -> str:
+    """Return the failure message of ``error`` for ``fail`` and ``finalize_atomically``.
+
+    As in a batched flush (:func:`storable_message`), a character no database can store is
+    replaced, the same on every database: a lone surrogate (an ``os.listdir()`` name in an
+    exception) has no UTF-8 form, and PostgreSQL refuses NUL. Refusing the message instead
+    would leave the attempt running, with its failure unrecorded.
+    """
     if isinstance(error, BaseException):
         text = f"{type(error).__name__}: {error}"
     else:
         text = str(error)
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
     if not text.strip():
         raise InputInvalid("A failure needs a message saying what went wrong.")
     validation.check_size(text, "error message")

@@ -171,7 +171,7 @@ class SubmissionMixin(QuotaMixin):
         """Return the job of an identical earlier submission, or None (read-only)."""
         op = validation.operation(operation)
         scope, row = self._row(submission)
-        if submission.idempotency_key is None:
+        if submission is None or submission.idempotency_key is None:
             return None  # a fresh key (the new job's id) matches nothing
         return self._annotate(self._existing(op, scope, row.key, row.proposal))
 

@@ -28,9 +28,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -38,12 +40,22 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from django_durable_jobs import submit
+from django_durable_jobs.errors import DeadlineExceeded
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.vocabulary import WorkerState
 from tests.proof import netns
 from tests.proof.netns import Host
 from tests.settings import TEST_DB
-from tests.support import REPO_ROOT, WAIT_TIMEOUT, db_state, live_clock, wait_for
+from tests.support import (
+    REPO_ROOT,
+    WAIT_TIMEOUT,
+    assert_refused,
+    db_state,
+    execution_for,
+    live_clock,
+    wait_for,
+)
 from tests.worker_support import FAST, RunJobs, WorkerPool, attempts, checkpoint_done, job
 
 pytestmark = [pytest.mark.proof, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -52,7 +64,10 @@ LEASE = 2.0  # FAST's --lease
 LONG = os.environ.get("DURABLE_JOBS_PROOF") == "long"
 # How long the first scenario keeps the cut at least: as short as it can in the bounded profile;
 # ``make proof`` also holds it 45 s, where TCP's retransmission backoff shows (see the report).
+# DURABLE_JOBS_PROOF_CUT=SECONDS adds a hold of your choosing (to measure a longer partition).
 CUT_HOLDS = [0.0, 45.0] if LONG else [0.0]
+if os.environ.get("DURABLE_JOBS_PROOF_CUT"):
+    CUT_HOLDS.append(float(os.environ["DURABLE_JOBS_PROOF_CUT"]))
 STEPS = 12
 STEP_DELAY = 0.25
 
@@ -195,11 +210,12 @@ def test_cut_while_holding_leases_then_heal(partition: Partition, hold: float) -
         "B to finish every job whose row A's stalled transaction does not lock",
     )
     stalled = open_transactions(partition.host)
+    b_done = time.monotonic() - cut_at
     time.sleep(max(0.0, cut_at + hold - time.monotonic()))  # the scenario: the cut lasts
     by_b = [i for i in ids if job(i).status == JobStatus.COMPLETE]
     held = [i for i in ids if i not in by_b]
     note(
-        f"B completed {len(by_b)} job(s) {time.monotonic() - cut_at:.1f}s into the cut; "
+        f"B completed {len(by_b)} job(s) {b_done:.1f}s into the cut; "
         f"{len(held)} row(s) locked by A's transaction stalled by the cut "
         f"(A's open transactions: {len(stalled)})"
     )
@@ -211,21 +227,30 @@ def test_cut_while_holding_leases_then_heal(partition: Partition, hold: float) -
     assert a.row().heartbeat_at == beat_in_cut  # A wrote nothing during the cut
     partition.host.heal()
     healed_at = time.monotonic()
+    after_heal = WAIT_TIMEOUT + 3 * hold  # TCP's retransmission backoff grows with the cut
     # A's late writes reach the server only now, and every one is refused: its log says so.
     wait_for(
         lambda: log_lines(a, "outcome=lease-lost"),
         "A's first refusal after the heal",
-        timeout=WAIT_TIMEOUT + 3 * hold,  # the backoff grows with the cut
+        timeout=after_heal,
     )
     noticed = time.monotonic() - healed_at
     for i in by_b:
-        a.wait_for_log(f"job {i} tests.steps attempt=1 epoch=1 outcome=lease-lost")
+        a.wait_for_log(
+            f"job {i} tests.steps attempt=1 epoch=1 outcome=lease-lost", timeout=after_heal
+        )
     if not held:
         assert db_state() == before_heal  # not one row of A's landed
     # A job whose row A's stalled transaction locked is reclaimed once that transaction ends.
-    wait_for(lambda: all(job(i).status == JobStatus.COMPLETE for i in ids), "every job complete")
+    wait_for(
+        lambda: all(job(i).status == JobStatus.COMPLETE for i in ids),
+        "every job complete",
+        timeout=after_heal,
+    )
     for i in held:
-        a.wait_for_log(f"job {i} tests.steps attempt=1 epoch=1 outcome=lease-lost")
+        a.wait_for_log(
+            f"job {i} tests.steps attempt=1 epoch=1 outcome=lease-lost", timeout=after_heal
+        )
 
     for i in ids:
         done = job(i)
@@ -243,6 +268,7 @@ def test_cut_while_holding_leases_then_heal(partition: Partition, hold: float) -
     wait_for(
         lambda: a.row().heartbeat_at > beat_in_cut and a.row().state() == WorkerState.ALIVE,
         "A's worker row to heartbeat after the heal",
+        timeout=after_heal,
     )
     heartbeat_back = time.monotonic() - healed_at
     assert a.running() and a.row().pk == a_row.pk
@@ -330,6 +356,18 @@ def test_cut_inside_a_transaction_holding_the_row_lock(
             assert b.row().heartbeat_at > b_row.heartbeat_at  # B is not stuck, only skipping
             held_for = max(open_transactions(partition.host))
             assert held_for >= LEASE + 2
+            # A store call with an execution waits for the lock no longer than its budget.
+            operator = DurableJobStore(actor="operator")
+            asked = time.monotonic()
+            assert_refused(
+                DeadlineExceeded,
+                DeadlineExceeded.code,
+                lambda: operator.request_cancel(
+                    job_id, execution=execution_for(operator, job(job_id), budget=1.0)
+                ),
+            )
+            operator_waited = time.monotonic() - asked
+            assert 0.5 < operator_waited < 5
             partition.host.heal()
             healed_at = time.monotonic()
             assert client.stdout.readline().strip() == "committed"
@@ -338,7 +376,8 @@ def test_cut_inside_a_transaction_holding_the_row_lock(
             reclaimed_after = time.monotonic() - healed_at
             note(
                 f"cut inside a transaction, no server timeout: lock held {held_for:.1f}s into the "
-                f"cut (until the heal), B skipped the row meanwhile; the client's COMMIT arrived "
+                f"cut (until the heal), B skipped the row meanwhile (an operator's request_cancel with a "
+                f"1 s budget was refused after {operator_waited:.1f}s); the client's COMMIT arrived "
                 f"{commit_after:.1f}s after the heal, B reclaimed {reclaimed_after:.1f}s after it"
             )
         else:
@@ -367,22 +406,24 @@ def test_cut_inside_a_transaction_holding_the_row_lock(
 
 
 @pytest.mark.parametrize(
-    ("loss", "delay"), [(0.05, 0.02), (0.1, 0.05)], ids=["5%-loss-20ms", "10%-loss-50ms"]
+    ("loss", "delay", "lease"),
+    [(0.05, 0.02, "5"), (0.1, 0.05, "2")],
+    ids=["5%-loss-20ms-lease-5s", "10%-loss-50ms-lease-2s"],
 )
 def test_slow_lossy_link_loses_and_doubles_nothing(
-    partition: Partition, loss: float, delay: float
+    partition: Partition, loss: float, delay: float, lease: str
 ) -> None:
     # Not a cut: a share of the packets dropped each way at random and a delay added to every
     # chunk the relay carries each way (netem is not always built into the kernel; iptables'
-    # statistic match and the relay are). On the gentler link A keeps its leases and does its
-    # share; on the harsher one its renewals come too late for a 2 s lease and its jobs pass
-    # to B. Either way nothing may be lost, failed because of the network, or done twice.
+    # statistic match and the relay are). On the gentler link A keeps its 5 s leases and does
+    # its share; on the harsher one its renewals come too late for a 2 s lease and its jobs
+    # pass to B. Either way nothing may be lost, failed because of the network, or done twice.
     partition.host.degrade(loss=loss, delay=delay)
     ids = [submit("tests.steps", {"steps": 4, "delay": 0.1, "n": n}).pk for n in range(8)]
-    a = partition.start_remote("--concurrency", "3")
+    a = partition.start_remote("--concurrency", "3", "--lease", lease)
     a_owner = a.wait_for_row().owner_id
     wait_for(lambda: Job.objects.filter(owner_id=a_owner).exists(), "A's first claim")
-    b = partition.pool.start("--concurrency", "3")
+    b = partition.pool.start("--concurrency", "3", "--lease", lease)
     b_owner = b.wait_for_row().owner_id
     wait_for(
         lambda: all(job(i).status == JobStatus.COMPLETE for i in ids),
@@ -415,8 +456,24 @@ def test_slow_lossy_link_loses_and_doubles_nothing(
     )
     for worker in by.values():
         assert log_lines(worker, "outcome=failed") == [], worker.logs()
-    if loss <= 0.05:
+    if lease == "5":
         assert served[a_owner] > 0  # A did its share over the slow link, not only B
+
+
+def skewed_clock() -> tuple[Callable[[], datetime], threading.local]:
+    """Return a clock a second ahead of the wall clock, and the knob that moves it further.
+
+    ``knob.seconds`` moves it for the calling thread only: the job's own write is judged later
+    while the worker's claim loop and heartbeat go on by the unmoved clock (a moved shared
+    clock would let the claim loop take the job over meanwhile).
+    """
+    base = live_clock(offset=1)  # the job, submitted by the wall clock, is due by this one
+    knob = threading.local()
+
+    def clock() -> datetime:
+        return base() + timedelta(seconds=getattr(knob, "seconds", 0.0))
+
+    return clock, knob
 
 
 def test_an_attempt_whose_write_was_refused_as_lost_records_no_failure() -> None:
@@ -429,16 +486,16 @@ def test_an_attempt_whose_write_was_refused_as_lost_records_no_failure() -> None
     from django_durable_jobs.registry import operation, unregister
     from django_durable_jobs.worker import Worker, WorkerOptions
 
-    clock = live_clock(offset=1)  # the job, submitted by the wall clock, is due by this one
+    clock, ahead = skewed_clock()
     lease_seconds = 5.0
 
     @operation("tests.partition_refused_write", on_expired="resume")
     def refused_write(ctx, payload):
-        clock.advance(lease_seconds + 1)
+        ahead.seconds = lease_seconds + 1
         try:
             ctx.checkpoint({"done": 1})
         finally:
-            clock.advance(-(lease_seconds + 1))
+            ahead.seconds = 0.0
         return {"unreachable": True}
 
     try:
@@ -460,15 +517,15 @@ def test_a_managed_attempt_whose_write_was_refused_as_lost_records_no_failure() 
     # The same race through JobManager, which records each outcome at once.
     from django_durable_jobs.manager import JobManager
 
-    clock = live_clock()
+    clock, ahead = skewed_clock()
     manager = JobManager(actor="partition-manager", lease_seconds=5.0, clock=clock)
 
     def refused_write(ctx):
-        clock.advance(6)
+        ahead.seconds = 6.0
         try:
             ctx.checkpoint({"done": 1})
         finally:
-            clock.advance(-6)
+            ahead.seconds = 0.0
         return {"unreachable": True}
 
     try:

@@ -310,6 +310,18 @@ class Host:
         """Return how many sockets the relays hold open (two per relayed connection)."""
         return sum(relay.connections() for relay in self.relays)
 
+    def sysctl(self, name: str, value: str | int) -> str:
+        """Set a sysctl of the namespace's own network stack; return its previous value.
+
+        For example ``net.ipv4.tcp_retries2``: how long this host's TCP keeps retransmitting
+        unacknowledged data before it gives the connection up (the kernel-wide stand-in for a
+        client's ``tcp_user_timeout``).
+        """
+        key = f"net.{name.removeprefix('net.')}"
+        previous = _run(self.command(["sysctl", "-n", key])).stdout.strip()
+        _run(self.command(["sysctl", "-q", "-w", f"{key}={value}"]))
+        return previous
+
     def relayed_ports(self) -> list[int]:
         """Return the client ports the server sees for the connections relayed from this host.
 

@@ -62,12 +62,16 @@ pytestmark = [pytest.mark.proof, pytest.mark.processes, pytest.mark.django_db(tr
 
 LEASE = 2.0  # FAST's --lease
 LONG = os.environ.get("DURABLE_JOBS_PROOF") == "long"
-# How long the first scenario keeps the cut at least: as short as it can in the bounded profile;
-# ``make proof`` also holds it 45 s, where TCP's retransmission backoff shows (see the report).
-# DURABLE_JOBS_PROOF_CUT=SECONDS adds a hold of your choosing (to measure a longer partition).
-CUT_HOLDS = [0.0, 45.0] if LONG else [0.0]
+# How long the first scenario keeps the cut at least, and whether A's TCP gives connections up
+# early (tcp_retries2 in A's namespace, with tcp_syn_retries 2: the kernel-wide stand-in for a
+# client's tcp_user_timeout and connect_timeout). The bounded profile cuts as short as it can;
+# ``make proof`` also holds the cut 45 s, where TCP's retransmission backoff shows, with and
+# without giving up early. DURABLE_JOBS_PROOF_CUT=SECONDS adds a hold of your choosing.
+CUTS: list[tuple[float, int | None]] = [(0.0, None)]
+if LONG:
+    CUTS += [(45.0, None), (45.0, 5)]
 if os.environ.get("DURABLE_JOBS_PROOF_CUT"):
-    CUT_HOLDS.append(float(os.environ["DURABLE_JOBS_PROOF_CUT"]))
+    CUTS.append((float(os.environ["DURABLE_JOBS_PROOF_CUT"]), None))
 STEPS = 12
 STEP_DELAY = 0.25
 
@@ -180,8 +184,17 @@ def open_transactions(host: Host) -> list[float]:
     return [float(age) for port, age in rows if port in ports]
 
 
-@pytest.mark.parametrize("hold", CUT_HOLDS, ids=lambda hold: f"cut-held-{hold:g}s")
-def test_cut_while_holding_leases_then_heal(partition: Partition, hold: float) -> None:
+@pytest.mark.parametrize(
+    ("hold", "give_up"),
+    CUTS,
+    ids=[f"cut-held-{hold:g}s" + (f"-tcp-retries-{n}" if n else "") for hold, n in CUTS],
+)
+def test_cut_while_holding_leases_then_heal(
+    partition: Partition, hold: float, give_up: int | None
+) -> None:
+    if give_up:
+        partition.host.sysctl("ipv4.tcp_retries2", give_up)
+        partition.host.sysctl("ipv4.tcp_syn_retries", 2)
     ids = [
         submit("tests.steps", {"steps": STEPS, "delay": STEP_DELAY, "n": n}).pk for n in range(3)
     ]
@@ -279,8 +292,9 @@ def test_cut_while_holding_leases_then_heal(partition: Partition, hold: float) -
     for i in new:
         assert (job(i).owner_id, job(i).fencing_epoch) == (a_row.owner_id, 1)
     note(
-        f"cut lasted {healed_at - cut_at:.1f}s; A's refusals logged {noticed:.1f}s after the "
-        f"heal, its heartbeat back after {heartbeat_back:.1f}s"
+        f"cut lasted {healed_at - cut_at:.1f}s (tcp_retries2 {give_up or 'default'}); A's "
+        f"refusals logged {noticed:.1f}s after the heal, its heartbeat back after "
+        f"{heartbeat_back:.1f}s"
     )
 
 
@@ -376,9 +390,10 @@ def test_cut_inside_a_transaction_holding_the_row_lock(
             reclaimed_after = time.monotonic() - healed_at
             note(
                 f"cut inside a transaction, no server timeout: lock held {held_for:.1f}s into the "
-                f"cut (until the heal), B skipped the row meanwhile (an operator's request_cancel with a "
-                f"1 s budget was refused after {operator_waited:.1f}s); the client's COMMIT arrived "
-                f"{commit_after:.1f}s after the heal, B reclaimed {reclaimed_after:.1f}s after it"
+                f"cut (until the heal), B skipped the row meanwhile (an operator's request_cancel "
+                f"with a 1 s budget was refused after {operator_waited:.1f}s); the client's "
+                f"COMMIT arrived {commit_after:.1f}s after the heal, B reclaimed "
+                f"{reclaimed_after:.1f}s after it"
             )
         else:
             # The server ends the idle transaction: the lock goes, B takes over during the cut.

@@ -135,6 +135,8 @@ def restart_database(db: str) -> float:
                 capture_output=True,
             )
             _wait_down(ping, 60)
+            # start-stop-daemon --oknodo starts nothing while the old process still exits.
+            _wait_down(["pidof", "mariadbd"], 60)
         finally:
             start = [
                 "start-stop-daemon",
@@ -146,7 +148,7 @@ def restart_database(db: str) -> float:
             ]
             for _ in range(3):
                 subprocess.run(start, timeout=60, capture_output=True)
-                if _wait(ping, 60):
+                if _wait(ping, 20):
                     break
     from django.db import connections
 
@@ -306,7 +308,9 @@ class Run:
             while queue and queue[0].at <= elapsed:
                 fault = queue.pop(0)
                 pending = self.sample()
-                self.act(fault, elapsed, later, pending)
+                # The run's clock stops while the database is away: the faults planned after
+                # the restart keep their spacing, and the run its length of faults.
+                start += self.act(fault, elapsed, later, pending)
             fleet.tend()
             time.sleep(0.1)
         for _, action, subject in later:
@@ -315,7 +319,8 @@ class Run:
             elif action == "heal":
                 self.host.heal()
 
-    def act(self, fault, elapsed: float, later: list, pending: int | None) -> None:
+    def act(self, fault, elapsed: float, later: list, pending: int | None) -> float:
+        """Do ``fault``; return how long it kept this loop away (a database restart)."""
         fleet = self.fleet
         backlog = f"(backlog {pending})"
         if fault.kind == "kill":
@@ -339,6 +344,8 @@ class Run:
             fleet.done["restart"] += 1
             self.restart_seconds.append(took)
             self.say(f"database back after {took:.1f}s")
+            return took
+        return 0.0
 
     # -- the end -------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connections
 
-from . import registry
+from . import registry, validation
 from .conf import jobs_settings
 from .errors import InputInvalid, JobError
 from .models import Job
@@ -104,6 +104,7 @@ def submit_many(
 
 
 def _require_registered(operation: str) -> None:
+    validation.operation(operation)  # a name, before it is looked up (a list is no dict key)
     if registry.get(operation) is None:
         known = ", ".join(sorted(registry.all_operations())) or "none"
         raise InputInvalid(

@@ -16,6 +16,7 @@ from ..values import Claimed, Lease
 from ..vocabulary import JobStatus, assess_ownership, claim_refusal, is_takeable
 from .batches import BatchMixin, _claim_order, _Disagreement
 from .quotas import QuotaMixin
+from .submissions import listed
 
 CLAIM_BATCH_MAX = 1000
 
@@ -230,4 +231,4 @@ def _names(values: Iterable[str] | None, check: Callable[[Any], str]) -> list[st
         return None
     if isinstance(values, str):
         values = [values]
-    return [check(v) for v in values]
+    return [check(v) for v in listed(values, "operations, queues and resume_expired")]

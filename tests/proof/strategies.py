@@ -259,6 +259,19 @@ BROKEN_JSON = [
 ]
 
 
+def deep_values() -> st.SearchStrategy[Any]:
+    """Return lists and dicts nested around ``MAX_JSON_DEPTH`` levels, and far past it."""
+
+    def build(depth: int, as_dict: bool) -> Any:
+        value: Any = 1
+        for _ in range(depth):
+            value = {"a": value} if as_dict else [value]
+        return value
+
+    depths = st.sampled_from([MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 5000])
+    return st.builds(build, depths, st.booleans())
+
+
 def json_texts() -> st.SearchStrategy[Any]:
     """Return what might be given as JSON text: valid, broken, deep, huge, or not text at all."""
     return st.one_of(

@@ -651,6 +651,9 @@ def test_the_crashes_this_fuzz_found_are_refusals_or_records_now(store):
             ok, error = attempt(lambda call=call, v=not_a_list: call(v), not_a_list)
             assert not ok and error.code == "E_JOB_INPUT_INVALID"
     assert store.claim_next(operations=[], resume_expired=[]) == []  # was EmptyResultSet
+    for not_names in ({"operations": False}, {"queues": 5}, {"resume_expired": b"x"}):
+        ok, error = attempt(lambda kw=not_names: store.claim_next(**kw), not_names)  # TypeError
+        assert not ok and error.code == "E_JOB_INPUT_INVALID"
     assert store.claim_next(queues=[], resume_expired=[]) == []
     assert Job.objects.get(pk=waiting.pk).status == "pending"
     store.fail(lease, "undecodable \udc80 name, nul \x00 byte")  # was UnicodeEncodeError

@@ -14,7 +14,12 @@ dead switch: nothing is refused, packets vanish, the kernel retransmits with bac
   (and the lock) open for as long as the cut lasts; B's claim skips the row, so the job waits
   for the heal; with ``idle_in_transaction_session_timeout`` (PostgreSQL) or
   ``idle_transaction_timeout`` (MariaDB) the server ends it and B takes over during the cut.
-* A slow, lossy link (not a cut): no job is lost or done twice.
+  An operator's store call with an execution gets ``DeadlineExceeded`` after its budget.
+* A slow, lossy link (not a cut): no job is lost, failed because of the network, or done
+  twice. On the harsher link this found a bug (fixed): a ctx write refused as ``LeaseLost``,
+  then a renewal sent earlier reaching the server later and reviving the lease, and the
+  worker recording the job code's re-raised ``LeaseLost`` as the job's failure. The last two
+  tests reproduce that race in one process, through the worker and through ``JobManager``.
 
 PostgreSQL and MariaDB; SQLite has no network (a worker on another host cannot share its
 file). Timings measured here (how long B waits, how long A takes to notice the heal) are

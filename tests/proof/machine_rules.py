@@ -70,6 +70,7 @@ keys = st.sampled_from([None, None, "k1", "k2", "k3"])
 proposals = st.sampled_from(['{"n":1}', '{"n":2}', '{"n":[1,2,3]}'])
 results = st.sampled_from([None, {"ok": True}, [1, 2], "done", 7])
 messages = st.sampled_from(["boom", "timeout at step 3", "é ✓"])
+caps = st.sampled_from([None, None, 1, 2])  # max_running of a claim, insert or retry
 
 
 def counted(method: Callable) -> Callable:
@@ -207,14 +208,14 @@ class StoreMachine(RuleBasedStateMachine):
         assert str(job.pk) == expected, f"defer answered job {job.pk}, expected {expected}"
         return expected
 
-    @rule(target=leases, client=clients, op=operations, key=keys, proposal=proposals)
+    @rule(target=leases, client=clients, op=operations, key=keys, proposal=proposals, cap=caps)
     @counted
-    def insert(self, client, op, key, proposal):
+    def insert(self, client, op, key, proposal, cap):
         job_id = str(fresh_uuid())
         ok, expected, lease = self.expect(
-            lambda: self.model.insert(client, op, key, proposal, job_id),
+            lambda: self.model.insert(client, op, key, proposal, job_id, cap),
             lambda: self.clients[client].insert(
-                op, submission=Submission(None, key, proposal), job_id=job_id
+                op, submission=Submission(None, key, proposal), job_id=job_id, max_running=cap
             ),
         )
         if not ok or lease is None:
@@ -243,12 +244,12 @@ class StoreMachine(RuleBasedStateMachine):
 
     # -- claiming --------------------------------------------------------------------------------
 
-    @rule(target=leases, client=clients, job_id=jobs)
+    @rule(target=leases, client=clients, job_id=jobs, cap=caps)
     @counted
-    def claim(self, client, job_id):
+    def claim(self, client, job_id, cap):
         ok, expected, lease = self.expect(
-            lambda: self.model.claim(client, job_id),
-            lambda: self.clients[client].claim(job_id),
+            lambda: self.model.claim(client, job_id, cap),
+            lambda: self.clients[client].claim(job_id, max_running=cap),
         )
         if not ok:
             return multiple()
@@ -415,9 +416,9 @@ class StoreMachine(RuleBasedStateMachine):
         if ok:
             assert answered == expected, f"request_retry answered {answered}, expected {expected}"
 
-    @rule(target=leases, client=clients, job_id=jobs, fault=st.booleans())
+    @rule(target=leases, client=clients, job_id=jobs, fault=st.booleans(), cap=caps)
     @counted
-    def retry_atomically(self, client, job_id, fault):
+    def retry_atomically(self, client, job_id, fault, cap):
         """A new attempt with the caller's bookkeeping; a fault in it rolls both back."""
         store = self.clients[client]
         execution = Execution.start(self.identity(client, job_id), budget=30.0)
@@ -431,8 +432,8 @@ class StoreMachine(RuleBasedStateMachine):
             return '{"kept":true}'
 
         ok, expected, lease = self.expect(
-            lambda: self.model.retry_atomically(client, job_id, fault=fault),
-            lambda: store.retry_atomically(job_id, execution, retain),
+            lambda: self.model.retry_atomically(client, job_id, fault=fault, cap=cap),
+            lambda: store.retry_atomically(job_id, execution, retain, max_running=cap),
         )
         if fault and previous:
             assert previous[0]["fencing_epoch"] == epoch, "retain_outcome saw another row"

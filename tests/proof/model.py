@@ -22,6 +22,7 @@ LEASE_LOST = "E_JOB_LEASE_LOST"
 NOT_RECLAIMABLE = "E_JOB_NOT_RECLAIMABLE"
 INPUT_INVALID = "E_JOB_INPUT_INVALID"
 IDEMPOTENCY_CONFLICT = "E_JOB_IDEMPOTENCY_CONFLICT"
+CAPACITY_REACHED = "E_JOB_CAPACITY_REACHED"
 
 PENDING, RUNNING = "pending", "running"
 COMPLETE, FAILED, CANCELLED = "complete", "failed", "cancelled"
@@ -145,6 +146,19 @@ class StoreModel:
                 return job
         return None
 
+    def _require_capacity(self, operation: str, cap: int | None, exclude: str = "") -> None:
+        """Refuse one more running job of ``operation`` past ``max_running=cap``.
+
+        Every running row counts, expired ones too, except the job being claimed again.
+        """
+        running = sum(
+            1
+            for job in self.jobs.values()
+            if job.status == RUNNING and job.operation == operation and job.id != exclude
+        )
+        if cap is not None and running >= cap:
+            raise Refused(CAPACITY_REACHED, f"{running} of {operation} running, cap {cap}")
+
     def _existing(self, operation: str, key: str | None, proposal: str) -> ModelJob | None:
         """Return the identical earlier submission, or None; refuse a different one."""
         if key is None:
@@ -182,11 +196,21 @@ class StoreModel:
         return job_id
 
     def insert(
-        self, client: int, operation: str, key: str | None, proposal: str, job_id: str
+        self,
+        client: int,
+        operation: str,
+        key: str | None,
+        proposal: str,
+        job_id: str,
+        cap: int | None = None,
     ) -> ModelLease | None:
-        """Create a running job owned by ``client``; None for an identical earlier submission."""
+        """Create a running job owned by ``client``; None for an identical earlier submission.
+
+        Capacity is checked after coalescing: a repeat is answered even when the limit is full.
+        """
         if self._existing(operation, key, proposal) is not None:
             return None
+        self._require_capacity(operation, cap)
         expires = self.now + timedelta(seconds=self.lease_seconds)
         self.jobs[job_id] = ModelJob(
             id=job_id,
@@ -256,11 +280,12 @@ class StoreModel:
             job.progress = 0.0
         return ModelLease(job.id, client, job.epoch, expires)
 
-    def claim(self, client: int, job_id: str) -> ModelLease:
+    def claim(self, client: int, job_id: str, cap: int | None = None) -> ModelLease:
         """Claim an unclaimed pending job or an expired lease by id (no new-attempt reset)."""
         job = self.jobs[job_id]
         if self.ownership(job) not in ("unclaimed", "expired"):
             raise Refused(NOT_RECLAIMABLE, f"{job.status}, {self.ownership(job)}")
+        self._require_capacity(job.operation, cap, exclude=job_id)
         return self._take(job, client, new_attempt=False)
 
     def claimable(self, resume: frozenset[str]) -> list[ModelJob]:
@@ -429,12 +454,18 @@ class StoreModel:
         job.run_after = min(job.run_after, self.now)
         return True
 
-    def retry_atomically(self, client: int, job_id: str, *, fault: bool = False) -> ModelLease:
-        """Start a new attempt; a fault in the caller's bookkeeping changes nothing."""
+    def retry_atomically(
+        self, client: int, job_id: str, *, fault: bool = False, cap: int | None = None
+    ) -> ModelLease:
+        """Start a new attempt; a fault in the caller's bookkeeping changes nothing.
+
+        The bookkeeping runs before the capacity check, so its fault is what the caller sees.
+        """
         job = self.jobs[job_id]
         self._retry_refusal(job)
         if fault:
             raise Refused("fault", "retain_outcome raised")
+        self._require_capacity(job.operation, cap, exclude=job_id)
         return self._take(job, client, new_attempt=True)
 
     def refuse_unknown(self, job_id: str) -> None:

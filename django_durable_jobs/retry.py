@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 from .errors import InputInvalid
 
+# The longest backoff: the retry is due at now + the delay, which must stay a time Python can add
+# and every database can store (a clock up to 9998 UTC, plus at most twice this with jitter).
+MAX_DELAY_SECONDS = 30 * 86400
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -30,8 +34,19 @@ class RetryPolicy:
             raise InputInvalid("RetryPolicy.max_attempts must be at least 1.")
         for name in ("base_delay", "max_delay", "jitter"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
                 raise InputInvalid(f"RetryPolicy.{name} must be a non-negative number.")
+        for name in ("base_delay", "max_delay"):
+            if getattr(self, name) > MAX_DELAY_SECONDS:
+                raise InputInvalid(
+                    f"RetryPolicy.{name} is at most {MAX_DELAY_SECONDS:,} seconds (30 days); "
+                    f"got {getattr(self, name)!r}."
+                )
         if self.jitter > 1:
             raise InputInvalid("RetryPolicy.jitter is a fraction from 0 to 1.")
 
@@ -82,5 +97,7 @@ class RetryPolicy:
 
     def delay(self, attempts: int, rand: Callable[[], float] = random.random) -> float:
         """Return the seconds to wait after the ``attempts``-th failed attempt."""
-        base = min(self.max_delay, self.base_delay * 2 ** max(attempts - 1, 0))
+        # The exponent is bounded so the product stays a float (inf at worst, then capped): a
+        # job that failed a thousand times waits max_delay, not an OverflowError.
+        base = min(self.max_delay, self.base_delay * 2.0 ** min(max(attempts - 1, 0), 1000))
         return max(0.0, base * (1 + self.jitter * (2 * rand() - 1)))

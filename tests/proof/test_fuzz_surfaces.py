@@ -150,7 +150,7 @@ def test_submit_stores_the_canonical_payload_or_refuses_without_a_write(many, ar
 
 
 def _retry_policies() -> st.SearchStrategy[Any]:
-    number = st.one_of(fz.floats(), fz.integers(), fz.scalars())
+    number = st.one_of(fz.floats(), fz.integers(), fz.scalars(), st.floats(1e5, 1e300))
     return st.one_of(
         st.builds(
             lambda *a: ("policy", a),
@@ -182,9 +182,26 @@ def _job(ctx, payload):  # noqa: ANN001, ANN202 - the executor registered by the
     return None
 
 
+VALID_OPERATION = {
+    "name": "op",
+    "on_expired": "hold",
+    "max_running": None,
+    "timeout": None,
+    "max_attempts": None,
+    "retry": None,
+    "schedule": None,
+    "func": "a function",
+}
+
+
 @pytest.mark.django_db(transaction=True)
 @fz.fuzz_settings(60)
 @given(args=fz.arguments(**OPERATION_ARGUMENTS))
+# A policy whose backoff overflowed the clock: fail() raised OverflowError (the job stayed
+# running, and a worker's whole flush of outcomes failed with it). Delays are now at most 30 days.
+@example(args={**VALID_OPERATION, "retry": ("policy", (3, 1e300, 1e300, 0.1))})
+@example(args={**VALID_OPERATION, "retry": ("policy", (3, 1e12, 1e12, 0.0))})
+@example(args={**VALID_OPERATION, "retry": ("policy", (3, 30 * 86400, 30 * 86400, 1.0))})
 def test_an_operation_is_registered_as_declared_or_refused_leaving_the_registry_alone(args):
     name = args["name"]
     if isinstance(name, str):
@@ -230,6 +247,9 @@ def test_an_operation_is_registered_as_declared_or_refused_leaving_the_registry_
             except JobError:
                 assert problems, "a refused schedule is not reported by the checks"
         if spec.retry is not None:
+            for attempts in (1, 2, 64, 1025, 2**31 - 1):  # a long-failing job's backoff too
+                delay = spec.retry.delay(attempts)
+                assert 0 <= delay <= spec.retry.max_delay * (1 + spec.retry.jitter) + 1e-6
             _a_failure_schedules_its_retry(name, spec.retry)
     finally:
         registry.unregister(name) if isinstance(name, str) else None

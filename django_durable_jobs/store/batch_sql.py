@@ -221,13 +221,22 @@ class JobRows:
             where.append(f"{table}.lease_expires_at > %s")
             params.append(unexpired_at)
         self._scoped(where, params)
+        # The rows are locked first, in id order: the order ``get(lock=True)`` locks them in
+        # (record_outcomes, release). An UPDATE alone locks rows in the order its plan meets
+        # them (here the leases' order), so a worker's renewal and its completer's flush could
+        # each hold a row the other waits for: a deadlock, and one of them aborted.
+        pk = _quote(self.using, meta.pk.column)
+        ids, id_params = self._ids(lease.job_id for lease in leases)
+        where.append(f"{table}.{pk} IN (SELECT {pk} FROM locked)")
         sql = (
+            f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {table} WHERE {ids} "
+            f"AND {table}.owner_id = %s ORDER BY {pk} FOR UPDATE) "
             f"UPDATE {table} SET {', '.join(assignments)} "
             f"FROM jsonb_to_recordset(%s::jsonb) AS v({', '.join(shape)}) "
             f"WHERE {' AND '.join(where)}"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*values, json.dumps(rows), *params])
+            cursor.execute(sql, [*id_params, owner_id, *values, json.dumps(rows), *params])
             return cursor.rowcount
 
 

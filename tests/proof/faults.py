@@ -19,7 +19,7 @@ PostgreSQL and MariaDB it then fires exactly once: the matching rows are counted
 which a rollback does not undo, and only the ``skip + 1``-th fires (or, made with ``once=False``,
 every one after the ``skip``-th while armed). SQLite has no write outside
 the transaction, so there the count is rolled back with the fault: the trigger fires at the same
-point of every transaction until the test disarms it (:attr:`Faults.once` says which).
+point of every transaction until the test disarms it (:attr:`Faults.can_fire_once` says which).
 
 The fixture that builds :class:`Faults` drops every trigger, function, sequence and the control
 table when the test ends, passed or failed.
@@ -28,7 +28,6 @@ table when the test ends, passed or failed.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -96,8 +95,8 @@ class Faults:
         return connections[self.using].vendor
 
     @property
-    def once(self) -> bool:
-        """True when an armed trigger fires once only (a count no rollback undoes)."""
+    def can_fire_once(self) -> bool:
+        """True when an armed trigger can fire once only (a count no rollback undoes)."""
         return self.vendor != "sqlite"
 
     def _execute(self, sql: str, params: list | None = None) -> None:
@@ -376,6 +375,76 @@ def snapshot() -> str:
     return db_state() + extra
 
 
-def child_env(base: dict[str, str], **extra: str) -> dict[str, str]:
-    """Return the environment of a child process: ``os.environ``, ``base`` and ``extra``."""
-    return {**os.environ, **base, **extra}
+# -- a second connection that holds row locks -----------------------------------------------------
+
+
+class SecondConnection:
+    """A raw connection to the test database that locks job rows in a transaction of its own.
+
+    It stands in for another transaction of a worker (PostgreSQL, MariaDB): lock rows one by
+    one, see who waits for them, commit.
+    """
+
+    def __init__(self, using: str = "default") -> None:
+        connection = connections[using]
+        self.connection = connection
+        self.vendor = connection.vendor
+        self.database = connection.settings_dict["NAME"]
+        self.raw = connection.get_new_connection(connection.get_connection_params())
+        if self.vendor == "postgresql":
+            self.raw.autocommit = False
+            self._query("SET lock_timeout = '10s'")
+        else:
+            self.raw.autocommit(False)
+            self._query("SET SESSION innodb_lock_wait_timeout = 10")
+
+    def __enter__(self) -> SecondConnection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.raw.rollback()
+        finally:
+            self.raw.close()
+
+    def _query(self, sql: str, params: list | None = None) -> list[tuple]:
+        cursor = self.raw.cursor()
+        try:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            cursor.close()
+
+    def lock_rows(self, *job_ids: Any) -> None:
+        """Lock the rows of ``job_ids`` (waiting for them if needed) until :meth:`commit`."""
+        from django_durable_jobs.models import Job
+
+        pk = Job._meta.pk
+        quote = self.connection.ops.quote_name
+        values = [pk.get_db_prep_value(job_id, self.connection) for job_id in job_ids]
+        self._query(
+            f"SELECT {quote(pk.column)} FROM {quote(Job._meta.db_table)} "
+            f"WHERE {quote(pk.column)} IN ({', '.join(['%s'] * len(values))}) FOR UPDATE",
+            values,
+        )
+
+    def commit(self) -> None:
+        self.raw.commit()
+
+    def lock_waiters(self) -> int:
+        """Return how many other connections to the test database wait for a lock now."""
+        if self.vendor == "postgresql":
+            self._query("SELECT pg_stat_clear_snapshot()")  # else the transaction's first view
+            rows = self._query(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = %s AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                [self.database],
+            )
+        else:
+            rows = self._query(
+                "SELECT count(*) FROM information_schema.INNODB_TRX t "
+                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+                "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
+                [self.database],
+            )
+        return rows[0][0]

@@ -3,9 +3,11 @@
 For each transition the worker depends on — ``claim_next`` (the one-statement claim of pending
 work), ``claim_batch`` (the row-by-row claim that reclaims expired leases), ``record_outcomes``
 (the completer's batched flush, also where it schedules a failed job's automatic retry),
-``complete_atomically``, ``retry_atomically``, ``renew_leases``
-and a schedule tick — a fault fires at a chosen row event *after* the transition already wrote
-something in its transaction (tests/proof/faults.py):
+``complete_atomically``, ``retry_atomically``, ``renew_leases`` and a schedule tick — a fault
+fires at a chosen row event *after* the transition already wrote something in its transaction
+(tests/proof/faults.py). ``claim_next`` and ``renew_leases`` are one statement each (on
+PostgreSQL and SQLite; MariaDB's claim is a locking SELECT and an UPDATE): there the fault
+fires at the second row of the statement, so it proves that no row of it is kept.
 
 * a statement that fails there (a trigger that raises): the call raises the database's error,
   which the store lets through as Django's ``DatabaseError`` (it is not a refusal: nothing was
@@ -31,6 +33,8 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -48,9 +52,17 @@ from django_durable_jobs.schedules import tick_key
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.values import Outcome
 from django_durable_jobs.worker.connections import reset_broken_connections
-from tests.proof.faults import MESSAGE, Faults, Killer, Point, register_hold, snapshot
+from tests.proof.faults import (
+    MESSAGE,
+    Faults,
+    Killer,
+    Point,
+    SecondConnection,
+    register_hold,
+    snapshot,
+)
 from tests.schedule_rows import make_schedule
-from tests.settings import REPO_ROOT
+from tests.settings import REPO_ROOT, TEST_DB
 from tests.support import LEASE, FakeClock, execution_for, submission, wait_for
 from tests.testapp.models import DomainRow, RetryHistory
 
@@ -389,7 +401,7 @@ def test_a_statement_failing_inside_the_transition_commits_nothing(
     assert not isinstance(caught.value, JobError)
     assert f"{MESSAGE} proof_fault_{name}" in str(caught.value)
     assert snapshot() == before
-    if not faults.once:
+    if not faults.can_fire_once:
         fault.disarm()  # SQLite's count was rolled back with the fault: it would fire again
     transition.check(store, scene, transition.call(store, scene))
 
@@ -488,3 +500,50 @@ def test_the_holding_trigger_is_only_reachable_through_the_control_row(faults, s
     faults.holding("proof_fault_unarmed", transition.at)
     transition.check(store, scene, transition.call(store, scene))
     assert connections["default"].is_usable()
+
+
+# -- lock order ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(TEST_DB == "sqlite", reason="SQLite locks the whole database, not rows")
+def test_a_renewal_takes_row_locks_in_the_order_a_flush_does(faults, store, clock):
+    # A worker's completer locks the rows of a flush in id order (record_outcomes); its heartbeat
+    # renews every lease at once. Were the renewal to lock in another order (the order of the
+    # leases it is given), the two would deadlock: the database aborts one of them, the
+    # renewal fails, and with short leases the attempts lose them. Here a second connection
+    # stands in for the flush: it locks the lower id, the renewal starts with the leases in
+    # the other order, then the flush locks the higher id.
+    low, high = uuid.UUID(int=1 << 78 | 1), uuid.UUID(int=(1 << 128) - 1 - (1 << 76))
+    leases = {
+        job_id: store.insert(OP, submission=submission({"n": n}, key=f"o{n}"), job_id=job_id)
+        for n, job_id in enumerate([high, low])
+    }
+    assert list(Job.objects.order_by("pk").values_list("pk", flat=True)) == [low, high]
+    clock.advance(3)
+    renewed: dict[str, Any] = {}
+
+    def renew() -> None:
+        try:
+            renewed["rows"] = store.renew_leases([leases[high], leases[low]])
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            renewed["error"] = exc
+        finally:
+            connections.close_all()
+
+    with SecondConnection() as flush:
+        flush.lock_rows(low)
+        renewal = threading.Thread(target=renew, name="proof-renewal")
+        renewal.start()
+        wait_for(
+            lambda: flush.lock_waiters() == 1,
+            "the renewal to wait for the flush's lock",
+            diagnose=lambda: repr(renewed),
+        )
+        flush.lock_rows(high)  # a deadlock is reported here or in the renewal
+        flush.commit()
+        renewal.join(10)
+
+    assert "error" not in renewed, renewed
+    rows = renewed["rows"]
+    assert [row.pk for row in rows] == [high, low]
+    assert {row.lease_expires_at for row in rows} == {clock() + timedelta(seconds=LEASE)}

@@ -218,11 +218,10 @@ class StoreMachine(RuleBasedStateMachine):
                 op, submission=Submission(None, key, proposal), job_id=job_id, max_running=cap
             ),
         )
-        if not ok or lease is None:
-            self.same_lease(lease, expected)
+        if not ok:
             return multiple()
-        self.same_lease(lease, expected)
-        return lease
+        self.same_lease(lease, expected)  # None: an identical submission, nothing claimed
+        return multiple() if lease is None else lease
 
     @rule(
         target=jobs,
@@ -232,9 +231,11 @@ class StoreMachine(RuleBasedStateMachine):
     @counted
     def defer_many(self, op, items):
         """The bulk path ``submit_many`` takes (``DurableJobStore.defer_many``)."""
-        call = lambda: self.clients[1].defer_many(  # noqa: E731
-            op, [Submission(None, key, proposal) for key, proposal in items]
-        )
+
+        def call() -> list[Job]:
+            submissions = [Submission(None, key, proposal) for key, proposal in items]
+            return self.clients[1].defer_many(op, submissions)
+
         ok, _, jobs = self.expect(lambda: self.model.plan_defer_many(op, items), call)
         if not ok:
             return multiple()
@@ -269,8 +270,12 @@ class StoreMachine(RuleBasedStateMachine):
         if batch:
             claimed = store.claim_batch(limit=limit, resume_expired=resume)
             got = [c.lease for c in claimed]
-            for c in claimed:
-                assert (c.job.status, c.job.fencing_epoch) == ("running", c.lease.epoch)
+            for c in claimed:  # each lease comes with its row as the claim left it
+                assert (c.job.pk, c.job.status, c.job.fencing_epoch) == (
+                    c.lease.job_id,
+                    "running",
+                    c.lease.epoch,
+                )
         else:
             got = store.claim_next(limit=limit, resume_expired=resume)
         chosen = [str(lease.job_id) for lease in got]
@@ -391,6 +396,8 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(client=clients, picked=st.lists(leases, max_size=3, unique_by=lambda lease: lease))
     @counted
     def release(self, client, picked):
+        """Claims handed back; each lease listed once (twice is a known bug, see the xfail
+        ``test_release_skips_a_lease_given_twice``)."""
         expected = self.model.release(client, [self.lease_of(lease) for lease in picked])
         released = self.clients[client].release(picked)
         assert released == expected, f"released {released}, expected {expected}"

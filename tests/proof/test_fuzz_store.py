@@ -205,7 +205,7 @@ STORE_ARGUMENTS = {
 FOUND = {"scope": None, "actor": None, "lease_seconds": 30.0, "using": "default", "clock": "fake"}
 
 
-@fz.fuzz_settings(40)
+@fz.fuzz_settings(30)
 @given(kwargs=fz.arguments(**STORE_ARGUMENTS))
 # Found by this fuzz, each a crash before the fix: a lease too long to add to the clock
 # (OverflowError at the claim), a database alias of a type no dict key can be (TypeError), a
@@ -279,7 +279,7 @@ VALID_SUBMISSION = {
 UNSTORABLE_ID = "53b18c4d-1fd1-a5b7-0325-49c700a04cde"
 
 
-@fz.fuzz_settings(80)
+@fz.fuzz_settings(60)
 @given(
     method=st.sampled_from(SUBMIT_METHODS),
     scoped=st.booleans(),
@@ -496,7 +496,7 @@ def _call(world: World, method: str, data: st.DataObject):  # noqa: C901 - one b
     return (lambda: store.record_outcomes(outcomes)), none
 
 
-@fz.fuzz_settings(200)
+@fz.fuzz_settings(150)
 @given(data=st.data(), method=st.sampled_from(CALLS))
 def test_every_call_on_existing_rows_writes_what_it_says_or_refuses_without_a_write(data, method):
     world = world_for_example()
@@ -523,7 +523,7 @@ def tampered(cursor: str, data: st.DataObject) -> str:
     return cursor[:at] + ("A" if cursor[at] != "A" else "B") + cursor[at + 1 :]
 
 
-@fz.fuzz_settings(40)
+@fz.fuzz_settings(30)
 @given(
     data=st.data(),
     operation=fz.sometimes(st.just(OP), fz.names()),
@@ -566,7 +566,7 @@ def test_list_page_of_fuzzed_queries_reads_or_refuses(
 ATOMIC = ["complete_atomically", "retry_atomically", "finalize_atomically"]
 
 
-@fz.fuzz_settings(40)
+@fz.fuzz_settings(30)
 @given(
     data=st.data(),
     method=st.sampled_from(ATOMIC),

@@ -288,10 +288,14 @@ class StoreModel:
         self._require_capacity(job.operation, cap, exclude=job_id)
         return self._take(job, client, new_attempt=False)
 
-    def claimable(self, resume: frozenset[str]) -> list[ModelJob]:
+    def claimable(
+        self, resume: frozenset[str], operations: frozenset[str] | None = None
+    ) -> list[ModelJob]:
         """Return the jobs a ``claim_next`` may take now, in claim order (ties as they come)."""
         found = []
         for job in self.jobs.values():
+            if operations is not None and job.operation not in operations:
+                continue
             due = job.run_after <= self.now
             pending = job.status == PENDING and job.attempts == 0 and due
             retry = job.status in (FAILED, CANCELLED) and job.retry_requested and due
@@ -302,14 +306,19 @@ class StoreModel:
         return sorted(found, key=ModelJob.claim_order)
 
     def claim_next(
-        self, client: int, limit: int, resume: frozenset[str] | None, chosen: list[str]
+        self,
+        client: int,
+        limit: int,
+        resume: frozenset[str] | None,
+        chosen: list[str],
+        operations: frozenset[str] | None = None,
     ) -> list[ModelLease]:
         """Take the ``chosen`` jobs, after checking they are the best ``limit`` claimable ones.
 
         Jobs tied in claim order may be taken in any order; ``chosen`` must be as many as the
         limit allows, distinct, and no job left behind may come strictly before one taken.
         """
-        candidates = self.claimable(self.resumable if resume is None else resume)
+        candidates = self.claimable(self.resumable if resume is None else resume, operations)
         if len(chosen) != min(limit, len(candidates)) or len(set(chosen)) != len(chosen):
             raise Mismatch(
                 f"claimed {len(chosen)} of {len(candidates)} claimable jobs with limit {limit}"

@@ -303,6 +303,28 @@ def test_cut_while_holding_leases_then_heal(
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="product issue (reported, not changed here): the graceful stop is driven by the fetch "
+    "loop, and a partition blocks that loop inside a database call with no client-side timeout, "
+    "so SIGTERM is acted on only after the heal plus TCP's retransmission backoff (measured: "
+    "still running 60 s after SIGTERM with --grace 3 during a cut; exited 46 s after the heal)",
+)
+def test_sigterm_during_a_cut_stops_the_worker_within_its_grace(partition: Partition) -> None:
+    ids = [submit("tests.steps", {"steps": 40, "delay": 0.25, "n": n}).pk for n in range(2)]
+    # A free slot keeps the fetch loop asking the database for work every poll.
+    a = partition.start_remote("--concurrency", "3", "--grace", "1")
+    a_row = a.wait_for_row()
+    wait_for(lambda: all(job(i).owner_id == a_row.owner_id for i in ids), "A to hold both leases")
+    partition.host.cut()
+    time.sleep(1.0)  # the scenario: the cut has lasted a second when the stop comes
+    a.send(signal.SIGTERM)
+    try:
+        assert a.wait(timeout=1.0 + 3.0) == 0  # its grace, and some
+    finally:
+        partition.host.heal()
+
+
 # A client on the partitioned host that claims a job and is cut inside a fenced write: its
 # UPDATE (guarded by owner and epoch, as the store's writes are) holds the row lock, and the
 # COMMIT it sends once told to is lost in the cut, so the server keeps the transaction open.
@@ -367,14 +389,14 @@ def test_cut_inside_a_transaction_holding_the_row_lock(
             # skips the locked row (SKIP LOCKED), so it does not block, but neither does it
             # take the job over, however long ago the lease expired.
             wait_for(
-                lambda: open_transactions(partition.host) and time.monotonic() - cut_at > LEASE + 2,
-                "the lease to be 2 s past its expiry",
+                lambda: open_transactions(partition.host) and time.monotonic() - cut_at > LEASE + 1,
+                "the lease to be 1 s past its expiry",
             )
             assert (job(job_id).owner_id, job(job_id).fencing_epoch) == (owner, 1)
             assert locked(job_id)
             assert b.row().heartbeat_at > b_row.heartbeat_at  # B is not stuck, only skipping
             held_for = max(open_transactions(partition.host))
-            assert held_for >= LEASE + 2
+            assert held_for >= LEASE + 1
             # A store call with an execution waits for the lock no longer than its budget.
             operator = DurableJobStore(actor="operator")
             asked = time.monotonic()
@@ -439,7 +461,7 @@ def test_slow_lossy_link_loses_and_doubles_nothing(
     # its share; on the harsher one its renewals come too late for a 2 s lease and its jobs
     # pass to B. Either way nothing may be lost, failed because of the network, or done twice.
     partition.host.degrade(loss=loss, delay=delay)
-    ids = [submit("tests.steps", {"steps": 4, "delay": 0.1, "n": n}).pk for n in range(8)]
+    ids = [submit("tests.steps", {"steps": 3, "delay": 0.1, "n": n}).pk for n in range(6)]
     a = partition.start_remote("--concurrency", "3", "--lease", lease)
     a_owner = a.wait_for_row().owner_id
     wait_for(lambda: Job.objects.filter(owner_id=a_owner).exists(), "A's first claim")
@@ -456,7 +478,7 @@ def test_slow_lossy_link_loses_and_doubles_nothing(
         history = attempts(i)
         assert [outcome for outcome, _, _ in history[:-1]] == ["interrupted"] * (len(history) - 1)
         assert history[-1] == ("complete", done.fencing_epoch, done.owner_id)
-        assert json.loads(done.result) == {"done": 4, "attempt": done.attempts}
+        assert json.loads(done.result) == {"done": 3, "attempt": done.attempts}
         assert done.attempts == len(history)
         # Only the worker that owns the completed job believes it completed it (its log line
         # comes just after the commit the test saw).

@@ -200,3 +200,15 @@ def test_stale_namespaces_of_dead_processes_are_removed(host: Host) -> None:
     assert (
         host.name in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     )
+
+
+def test_sysctl_is_the_namespaces_own(host: Host) -> None:
+    key = "net.ipv4.tcp_retries2"
+    root = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True).stdout.strip()
+    previous = host.sysctl("ipv4.tcp_retries2", 5)
+    assert previous == root
+    inside = subprocess.run(host.command(["sysctl", "-n", key]), capture_output=True, text=True)
+    assert inside.stdout.strip() == "5"
+    assert (
+        subprocess.run(["sysctl", "-n", key], capture_output=True, text=True).stdout.strip() == root
+    )

@@ -317,9 +317,10 @@ class Host:
         unacknowledged data before it gives the connection up (the kernel-wide stand-in for a
         client's ``tcp_user_timeout``).
         """
-        key = f"net.{name.removeprefix('net.')}"
-        previous = _run(self.command(["sysctl", "-n", key])).stdout.strip()
-        _run(self.command(["sysctl", "-q", "-w", f"{key}={value}"]))
+        # /proc/sys/net shows the network namespace of the process that opens it; no procps.
+        path = "/proc/sys/net/" + name.removeprefix("net.").replace(".", "/")
+        previous = _run(self.command(["cat", path])).stdout.strip()
+        _run(self.command(["sh", "-c", 'echo "$1" > "$2"', "sysctl", str(value), path]))
         return previous
 
     def relayed_ports(self) -> list[int]:

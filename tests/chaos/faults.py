@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("kill", "pause", "partition", "restart")
+SETTLED = 3.0  # seconds after its start by which a worker holds jobs
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Worker:
     name: str
     paused: bool = False
     killed: bool = False
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -169,16 +171,21 @@ class Fleet:
         return worker
 
     def pause(self, slot: int) -> Worker | None:
-        """SIGSTOP the slot's process (or the first running one if that slot is down)."""
+        """SIGSTOP the slot's process, or the next running one if that slot is down.
+
+        A process that started less than :data:`SETTLED` seconds ago may hold no job yet: one
+        that has run longer is taken first, so the pause leaves leases to lose.
+        """
         order = [slot] + [s for s in range(self.slots) if s not in (slot, self.partition_slot)]
-        for candidate in order:
-            worker = self.alive(candidate)
-            if worker is not None and not worker.paused:
-                worker.proc.send_signal(signal.SIGSTOP)
-                worker.paused = True
-                self.done["pause"] += 1
-                return worker
-        return None
+        running = [w for w in map(self.alive, order) if w is not None and not w.paused]
+        settled = [w for w in running if time.monotonic() - w.started >= SETTLED]
+        if not running:
+            return None
+        worker = (settled or running)[0]
+        worker.proc.send_signal(signal.SIGSTOP)
+        worker.paused = True
+        self.done["pause"] += 1
+        return worker
 
     def resume(self, worker: Worker) -> None:
         if worker.paused and worker.proc.poll() is None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics
-from ..errors import InputInvalid, JobCancelled, LeaseLost
+from ..errors import InputInvalid, JobCancelled, JobError, LeaseLost
 from ..execution import Execution, Identity, bind_write_fence
 from ..validation import JsonTooDeep, loads_strict
 from ..values import canonical_json
@@ -96,9 +96,12 @@ class JobContext:
             nonlocal first
             try:
                 return self.store.complete_atomically(self.execution, mutation)
-            except LeaseLost:
+            except JobError:
                 # A retry after the connection dropped during COMMIT: the first try may have
                 # committed. Our own completion at our epoch is success, anything else is not.
+                # The retry may also be refused before it reaches the row (ExecutionStopped):
+                # meanwhile the heartbeat found the row complete, so no longer running, and
+                # cancelled the execution as lost (found by the chaos run, tests/chaos).
                 stored = None if first else self.store.get(self.job_id)
                 if stored is not None and _completed_by(stored, self.lease):
                     return stored.result

@@ -81,6 +81,20 @@ class Fault:
         """Delete the control row: the trigger no longer fires."""
         self.faults._execute(f"DELETE FROM {ARMED} WHERE name = %s", [self.name])
 
+    def fired(self) -> bool:
+        """Return True once the trigger fired (PostgreSQL and MariaDB: its count says so)."""
+        vendor = self.faults.vendor
+        if vendor == "postgresql":
+            sql = f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {self.name}_seq"
+        elif vendor == "mysql":
+            sql = f"SELECT next_not_cached_value - 1 FROM {self.name}_seq"
+        else:
+            raise NotImplementedError("SQLite keeps no count outside the transaction")
+        with connections[self.faults.using].cursor() as cursor:
+            cursor.execute(sql)
+            (seen,) = cursor.fetchone()
+        return seen > self.point.skip
+
 
 @dataclass
 class Faults:
@@ -297,12 +311,32 @@ class Killer:
                 raise AssertionError(f"no connection reached the holding trigger in {timeout} s")
             time.sleep(0.01)
         (victim,) = found
+        self._kill(victim)
+        return victim
+
+    def kill_until(self, done: Callable[[], bool], timeout: float = 30.0) -> list[int]:
+        """Kill every connection that reaches a holding trigger until ``done()`` and none
+        waits; return the ids killed, in order."""
+        deadline = time.monotonic() + timeout
+        killed: list[int] = []
+        quiet = 0  # scans in a row that found no waiter, every fault having fired before them
+        while quiet < 3:  # a trigger counts itself just before it waits: look again
+            finished = done()
+            waiting = [victim for victim in self.waiters() if victim not in killed]
+            for victim in waiting:  # a killed one may be listed until it is gone
+                self._kill(victim)
+                killed.append(victim)
+            quiet = quiet + 1 if finished and not waiting else 0
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not done after {timeout} s; killed {killed}")
+            time.sleep(0.02)
+        return killed
+
+    def _kill(self, victim: int) -> None:
         if self.vendor == "postgresql":
-            ((killed,),) = self._query("SELECT pg_terminate_backend(%s)", [victim])
-            assert killed, f"backend {victim} could not be terminated"
+            self._query("SELECT pg_terminate_backend(%s)", [victim])
         else:
             self._query(f"KILL CONNECTION {int(victim)}")
-        return victim
 
     def kill_in_background(self, timeout: float = 15.0) -> Callable[[], int]:
         """Start :meth:`kill_waiter` in a thread; return a function that waits for its result."""
@@ -431,8 +465,27 @@ class SecondConnection:
     def commit(self) -> None:
         self.raw.commit()
 
+    def activity(self) -> list[tuple]:
+        """Return what the test database's connections are doing (for failure messages)."""
+        if self.vendor == "postgresql":
+            return self._query(
+                "SELECT pid, state, wait_event_type, wait_event, left(query, 60) "
+                "FROM pg_stat_activity WHERE datname = %s",
+                [self.database],
+            )
+        return self._query(
+            "SELECT p.ID, p.STATE, t.trx_state, LEFT(p.INFO, 60) "
+            "FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX t "
+            "ON t.trx_mysql_thread_id = p.ID WHERE p.DB = %s",
+            [self.database],
+        )
+
     def lock_waiters(self) -> int:
-        """Return how many other connections to the test database wait for a lock now."""
+        """Return how many other connections to the test database wait for a lock now.
+
+        On MariaDB: how many run an UPDATE (a waiting one is not always listed as ``LOCK
+        WAIT`` in ``INNODB_TRX`` yet); an UPDATE only lingers there while it waits.
+        """
         if self.vendor == "postgresql":
             self._query("SELECT pg_stat_clear_snapshot()")  # else the transaction's first view
             rows = self._query(
@@ -442,9 +495,8 @@ class SecondConnection:
             )
         else:
             rows = self._query(
-                "SELECT count(*) FROM information_schema.INNODB_TRX t "
-                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
-                "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
+                "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = %s "
+                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE 'UPDATE%%'",
                 [self.database],
             )
         return rows[0][0]

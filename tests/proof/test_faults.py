@@ -537,7 +537,7 @@ def test_a_renewal_takes_row_locks_in_the_order_a_flush_does(faults, store, cloc
         wait_for(
             lambda: flush.lock_waiters() == 1,
             "the renewal to wait for the flush's lock",
-            diagnose=lambda: repr(renewed),
+            diagnose=lambda: f"{renewed!r}, {flush.lock_waiters()} waiting: {flush.activity()}",
         )
         flush.lock_rows(high)  # a deadlock is reported here or in the renewal
         flush.commit()

@@ -3,8 +3,9 @@
 A fault (tests/proof/faults.py) fires while the worker claims, while its completer flushes
 outcomes, while a job completes itself with ``ctx.complete_atomically``, while its heartbeat
 renews leases, and while its scheduler enqueues a tick: a statement that fails there, and on
-PostgreSQL and MariaDB the connection killed there. Each time the worker logs the fault, does not
-exit, and every job still ends exactly once: one ``complete`` attempt (no lease ran out, so no
+PostgreSQL and MariaDB the connection killed there. All five points are armed for one worker
+run (a worker's start costs more than the faults): the worker logs each fault, does not exit,
+and every job still ends exactly once: one ``complete`` attempt (no lease ran out, so no
 ``interrupted`` one), one domain row per job, one job per schedule tick with no tick lost. Then
 it stops cleanly on SIGTERM.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobAttempt, JobStatus, Schedule
 from django_durable_jobs.schedules import tick_key, ticks
 from django_durable_jobs.worker.connections import reset_broken_connections
-from tests.proof.faults import MESSAGE, Fault, Faults, Killer, Point
+from tests.proof.faults import MESSAGE, Faults, Killer, Point
 from tests.settings import TEST_DB
 from tests.support import wait_for
 from tests.testapp.models import DomainRow
@@ -45,17 +46,20 @@ SCHEDULE = Schedule._meta.db_table
 BEAT = {"operation": "tests.tick", "every": 1, "catch_up": "all", "overlap": "allow"}
 
 
+# The operation of the job an attempt row belongs to (a trigger's condition).
+OPERATION_OF = f"(SELECT operation FROM {JOB} WHERE id = NEW.job_id)"
+RENEWED = (
+    "OLD.status = 'running' AND NEW.status = 'running' AND NEW.fencing_epoch = "
+    "OLD.fencing_epoch AND NEW.lease_expires_at > OLD.lease_expires_at"
+)
+
+
 @dataclass(frozen=True)
 class WorkerPoint:
-    """Where the fault fires in the worker, the jobs it runs meanwhile, and what it logs then
-    (one of ``logged``)."""
+    """Where a fault fires in the worker, and what the worker logs then (one of ``logged``)."""
 
     at: Point
     logged: tuple[str, ...]
-    operation: str = "tests.noop"
-    payload: dict = field(default_factory=dict)
-    jobs: int = 6
-    schedules: bool = False
 
 
 POINTS = {
@@ -65,35 +69,22 @@ POINTS = {
     ),
     # One outcome is retried as it is; several are then written one by one.
     "flush": WorkerPoint(
-        Point(ATTEMPT, "INSERT", "NEW.outcome = 'complete'"),
+        Point(ATTEMPT, "INSERT", f"NEW.outcome = 'complete' AND {OPERATION_OF} = 'tests.noop'"),
         ("database unavailable; retrying", "outcomes was refused"),
     ),
     "complete_atomically": WorkerPoint(
-        Point(ATTEMPT, "INSERT", "NEW.outcome = 'complete'"),
-        ("database unavailable; retrying",),
-        operation="tests.domain_write",
-        payload={"value": "written"},
-        jobs=4,
-    ),
-    # A 2 s lease renewed every 2/3 s: a job of 2.5 s outlives its lease unless a later renewal
-    # succeeds.
-    "renew": WorkerPoint(
         Point(
-            JOB,
-            "UPDATE",
-            "OLD.status = 'running' AND NEW.status = 'running' AND NEW.fencing_epoch = "
-            "OLD.fencing_epoch AND NEW.lease_expires_at > OLD.lease_expires_at",
+            ATTEMPT,
+            "INSERT",
+            f"NEW.outcome = 'complete' AND {OPERATION_OF} = 'tests.domain_write'",
         ),
-        ("heartbeat failed: database unavailable",),
-        operation="tests.sleep",
-        payload={"seconds": 2.5},
-        jobs=2,
+        ("database unavailable; retrying",),
+    ),
+    "renew": WorkerPoint(
+        Point(JOB, "UPDATE", RENEWED), ("heartbeat failed: database unavailable",)
     ),
     "tick": WorkerPoint(
-        Point(SCHEDULE, "UPDATE", "NEW.last_job_id IS NOT NULL"),
-        ("scheduler pass failed",),
-        jobs=0,
-        schedules=True,
+        Point(SCHEDULE, "UPDATE", "NEW.last_job_id IS NOT NULL"), ("scheduler pass failed",)
     ),
 }
 
@@ -112,38 +103,15 @@ def faults(transactional_db) -> Iterator[Faults]:
 
 @pytest.fixture
 def start(faults, db_settings_env, tmp_path) -> Iterator[Callable[..., RunJobs]]:
-    """Return ``start(point)``: a runjobs child for ``point``; killed before the faults drop."""
-    pools: list[WorkerPool] = []
-
-    def start_worker(point: WorkerPoint, *args: str) -> RunJobs:
-        env = dict(db_settings_env)
-        if point.schedules:
-            env["DJANGO_SETTINGS_MODULE"] = "tests.settings_schedules"
-            env["DURABLE_JOBS_TEST_SETTINGS"] = json.dumps({"SCHEDULES": {"beat": BEAT}})
-        pool = WorkerPool(env, Path(tmp_path))
-        pools.append(pool)
-        return pool.start(*(args or ("--concurrency", "2")))
-
-    yield start_worker
-    for pool in pools:
-        pool.__exit__(None, None, None)
-
-
-def _submit(point: WorkerPoint) -> list:
-    return [submit(point.operation, {**point.payload, "n": n}).pk for n in range(point.jobs)]
-
-
-def _fire(faults: Faults, fault: Fault, worker: RunJobs, point: WorkerPoint, *, kill: bool) -> str:
-    """Wait for the fault to fire in ``worker`` (killing its connection with ``kill``) and for
-    the worker to log it; return the log line."""
-    if kill:
-        with Killer(faults) as killer:
-            killer.kill_waiter(timeout=30)
-    line = wait_for(
-        lambda: _logged(worker, point.logged), f"{point.logged} in the log", diagnose=worker.logs
-    )
-    fault.disarm()  # on SQLite it fires until now; elsewhere it fired once and stays spent
-    return line
+    """Return ``start(*args)``: a runjobs child (with the ``beat`` schedule declared, and
+    ``--concurrency 2`` unless ``args`` say otherwise); killed before the faults are dropped."""
+    env = {
+        **db_settings_env,
+        "DJANGO_SETTINGS_MODULE": "tests.settings_schedules",
+        "DURABLE_JOBS_TEST_SETTINGS": json.dumps({"SCHEDULES": {"beat": BEAT}}),
+    }
+    with WorkerPool(env, Path(tmp_path)) as pool:
+        yield lambda *args: pool.start(*(args or ("--concurrency", "2")))
 
 
 def _logged(worker: RunJobs, texts: tuple[str, ...]) -> str | None:
@@ -155,7 +123,23 @@ def _logged(worker: RunJobs, texts: tuple[str, ...]) -> str | None:
     return None
 
 
-def _assert_every_job_ended_once(worker: RunJobs, jobs: list, point: WorkerPoint) -> None:
+def _submit_work() -> dict[str, list]:
+    """Submit the jobs every point's fault meets: quick ones, domain writes and a long one.
+
+    A ``tests.sleep`` of 2.5 s outlives its 2 s lease unless a renewal after the fault succeeds.
+    """
+    return {
+        "tests.noop": [submit("tests.noop", {"n": n}).pk for n in range(4)],
+        "tests.domain_write": [
+            submit("tests.domain_write", {"value": "written", "n": n}).pk for n in range(2)
+        ],
+        "tests.sleep": [submit("tests.sleep", {"seconds": 2.5}).pk],
+    }
+
+
+def _assert_every_job_ended_once(worker: RunJobs, work: dict[str, list]) -> None:
+    jobs = [job_id for ids in work.values() for job_id in ids]
+
     def done() -> bool:
         return Job.objects.filter(pk__in=jobs, status=JobStatus.COMPLETE).count() == len(jobs)
 
@@ -163,12 +147,13 @@ def _assert_every_job_ended_once(worker: RunJobs, jobs: list, point: WorkerPoint
     owner = worker.row().owner_id
     for job_id in jobs:
         assert attempts(job_id) == [("complete", 1, owner)], worker.logs()
-    if point.operation == "tests.domain_write":
-        rows = dict(DomainRow.objects.values_list("job_id", "value"))
-        assert rows == dict.fromkeys(jobs, "written")
-        for job_id in jobs:
-            row = Job.objects.get(pk=job_id)
-            assert json.loads(row.result) == {"row": DomainRow.objects.get(job_id=job_id).pk}
+    written = work["tests.domain_write"]
+    assert dict(DomainRow.objects.values_list("job_id", "value")) == dict.fromkeys(
+        written, "written"
+    )
+    for job_id in written:
+        row = Job.objects.get(pk=job_id)
+        assert json.loads(row.result) == {"row": DomainRow.objects.get(job_id=job_id).pk}
 
 
 def _assert_no_tick_lost(worker: RunJobs) -> None:
@@ -187,36 +172,62 @@ def _assert_no_tick_lost(worker: RunJobs) -> None:
         assert attempts(job.pk) == [("complete", 1, owner)], worker.logs()
 
 
-def _run(name: str, faults: Faults, start, *, kill: bool) -> None:
-    point = POINTS[name]
-    install = faults.holding if kill else faults.raising
-    fault = install(f"proof_wfault_{name}", point.at)
-    fault.arm()
-    jobs = _submit(point)
-    worker = start(point)
-
-    line = _fire(faults, fault, worker, point, kill=kill)
-
-    if not kill:
-        assert f"{MESSAGE} proof_wfault_{name}" in worker.stderr()
-    if point.schedules:
-        _assert_no_tick_lost(worker)
-    else:
-        _assert_every_job_ended_once(worker, jobs, point)
-    assert worker.running(), f"the worker exited after {line!r}\n{worker.logs()}"
+def _recovered(worker: RunJobs, work: dict[str, list]) -> None:
+    """Prove every job and tick ended exactly once, the worker still runs and stops cleanly."""
+    _assert_every_job_ended_once(worker, work)
+    _assert_no_tick_lost(worker)
+    assert worker.running(), worker.logs()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.logs()
 
 
-@pytest.mark.parametrize("name", POINTS)
-def test_the_worker_recovers_from_a_statement_failing_inside_a_transaction(name, faults, start):
-    _run(name, faults, start, kill=False)
+def test_the_worker_recovers_from_a_statement_failing_at_each_point(faults, start):
+    # Every point's fault is armed at once; each fires at its first row (on SQLite, until the
+    # worker logged it and the test disarmed it).
+    armed = {
+        name: faults.raising(f"proof_wfault_{name}", point.at) for name, point in POINTS.items()
+    }
+    for fault in armed.values():
+        fault.arm()
+    work = _submit_work()
+    worker = start()
+
+    unseen = dict(armed)
+
+    def disarm_what_was_logged() -> bool:
+        log = worker.stderr()
+        for name, fault in list(unseen.items()):
+            if f"{MESSAGE} {fault.name}" in log:
+                fault.disarm()  # on SQLite it fired until now; elsewhere it is spent
+                del unseen[name]
+        return not unseen
+
+    wait_for(disarm_what_was_logged, "the worker to log every fault", diagnose=worker.logs)
+    for point in POINTS.values():
+        assert _logged(worker, point.logged), worker.logs()
+
+    _recovered(worker, work)
 
 
 @pytest.mark.skipif(TEST_DB == "sqlite", reason="SQLite has no server connection to kill")
-@pytest.mark.parametrize("name", POINTS)
-def test_the_worker_recovers_from_its_connection_killed_inside_a_transaction(name, faults, start):
-    _run(name, faults, start, kill=True)
+def test_the_worker_recovers_from_its_connections_killed_at_each_point(faults, start):
+    # Every point holds its transaction once; the test kills each connection held there.
+    armed = {
+        name: faults.holding(f"proof_wfault_{name}", point.at) for name, point in POINTS.items()
+    }
+    for fault in armed.values():
+        fault.arm()
+    work = _submit_work()
+    with Killer(faults) as killer:
+        worker = start()
+        killed = killer.kill_until(lambda: all(fault.fired() for fault in armed.values()))
+
+    assert len(killed) == len(POINTS)  # one connection per point
+    for name in ("claim", "renew", "tick"):
+        assert _logged(worker, POINTS[name].logged), worker.logs()
+    log = worker.stderr()  # the completer's and the job thread's, the same words either way
+    assert sum(log.count(text) for text in POINTS["flush"].logged) >= 2, worker.logs()
+    _recovered(worker, work)
 
 
 def test_renewals_refused_past_the_lease_cost_one_interrupted_attempt_and_nothing_more(
@@ -228,7 +239,7 @@ def test_renewals_refused_past_the_lease_cost_one_interrupted_attempt_and_nothin
     fault = faults.raising("proof_wfault_renewals", POINTS["renew"].at, once=False)
     fault.arm()
     job_id = submit("tests.steps", {"steps": 15, "delay": 0.2, "markers": str(tmp_path)}).pk
-    worker = start(POINTS["renew"])
+    worker = start()
 
     lost = worker.wait_for_log(f"job {job_id} tests.steps attempt=1 epoch=1 outcome=")
     fault.disarm()
@@ -264,7 +275,7 @@ def test_a_flush_the_server_refuses_as_a_whole_is_written_in_parts(faults, start
         submit("tests.large", {"blob": blob, "markers": str(tmp_path), "n": n}).pk
         for n in range(10)
     ]
-    worker = start(POINTS["flush"], "--concurrency", "10")
+    worker = start("--concurrency", "10")
     wait_for(
         lambda: len(list(tmp_path.glob("started-*"))) == len(jobs),
         "every attempt to start",

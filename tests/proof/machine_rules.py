@@ -248,6 +248,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(target=leases, client=clients, job_id=jobs, cap=caps)
     @counted
     def claim(self, client, job_id, cap):
+        return self._claim(client, job_id, cap)
+
+    @rule(target=leases, client=clients, held=leases, cap=caps)
+    @counted
+    def reclaim(self, client, held, cap):
+        """Claim by id the job of a lease issued earlier: the takeover of an expired lease."""
+        return self._claim(client, str(held.job_id), cap)
+
+    def _claim(self, client: int, job_id: str, cap: int | None):
         ok, expected, lease = self.expect(
             lambda: self.model.claim(client, job_id, cap),
             lambda: self.clients[client].claim(job_id, max_running=cap),
@@ -428,10 +437,12 @@ class StoreMachine(RuleBasedStateMachine):
         if ok:
             assert answered == expected, f"request_retry answered {answered}, expected {expected}"
 
-    @rule(target=leases, client=clients, job_id=jobs, fault=st.booleans(), cap=caps)
+    @rule(target=leases, client=clients, held=leases, fault=st.booleans(), cap=caps)
     @counted
-    def retry_atomically(self, client, job_id, fault, cap):
-        """A new attempt with the caller's bookkeeping; a fault in it rolls both back."""
+    def retry_atomically(self, client, held, fault, cap):
+        """A new attempt of a lease's job with the caller's bookkeeping; a fault in it rolls
+        both back."""
+        job_id = str(held.job_id)
         store = self.clients[client]
         execution = Execution.start(self.identity(client, job_id), budget=30.0)
         epoch = self.model.jobs[job_id].epoch

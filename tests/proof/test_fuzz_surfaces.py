@@ -137,10 +137,12 @@ def test_submit_stores_the_canonical_payload_or_refuses_without_a_write(many, ar
     if error is not None:
         return
     stored = jobs[0] if many else [jobs[0]]
-    for job in stored:
+    sent = list(payloads) if many else [payload]  # a hostile count may be the payloads itself
+    assert len(stored) == len(sent)
+    for job, given_payload in zip(stored, sent, strict=True):
         row = Job.objects.get(pk=job.pk)
-        assert row.operation == OP and row.proposal == canonical_json(payload)
-        assert loads_strict(row.proposal) == json.loads(canonical_json(payload))
+        assert row.operation == OP and row.proposal == canonical_json(given_payload)
+        assert loads_strict(row.proposal) == json.loads(canonical_json(given_payload))
         if row.pk not in earlier:  # new, not an identical earlier submission returned as it is
             assert row.status == "pending" and row.priority == args["priority"]
             assert row.queue == (args["queue"] or "default")

@@ -10,6 +10,14 @@
     ``lease-lost``. The database was right (complete, one domain row, one complete attempt; the
     checker counted it among the completions no worker heard back); the worker's report, its log
     line and its lease-lost metrics were wrong.
+
+The worker's batched completion whose COMMIT landed while the database went away
+    The same loss on the worker's own path: a completer flush commits, its answer is lost, the
+    completer writes the outcome again and ``record_outcomes`` refused it (``LeaseLost``: the
+    row was no longer running), so the attempt that completed the job was reported
+    ``lease-lost``. Seen in the chaos runs' counts of completions no worker heard back. The
+    completer now reads the row of a completion the store refused: complete at the outcome's
+    epoch and owner with its result, it is reported complete. The store's contract is unchanged.
 """
 
 from __future__ import annotations
@@ -22,8 +30,12 @@ from django.db import OperationalError
 
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
+from django_durable_jobs.values import Outcome
 from django_durable_jobs.worker.attempt import run
+from django_durable_jobs.worker.completer import Completer, Finished
 from django_durable_jobs.worker.context import JobContext
+from django_durable_jobs.worker.held import Held
+from django_durable_jobs.worker.reports import AttemptEnd
 from tests.support import LEASE
 from tests.testapp.models import ChaosRow
 
@@ -78,3 +90,37 @@ def test_a_completion_whose_answer_was_lost_is_still_this_attempts_after_its_lea
     assert ChaosRow.objects.filter(job_id=job.pk).count() == 1
     outcomes = list(JobAttempt.objects.filter(job_id=job.pk).values_list("epoch", "outcome"))
     assert outcomes == [(1, "complete")]
+
+
+def test_a_flush_whose_answer_was_lost_reports_the_completion_it_wrote(store):
+    class FlushAnswerLost(type(store)):
+        answered = False
+
+        def record_outcomes(self, outcomes):
+            recorded = super().record_outcomes(outcomes)
+            if not self.answered:
+                self.answered = True
+                raise OperationalError("server closed the connection unexpectedly")
+            return recorded
+
+    store.__class__ = FlushAnswerLost
+    for n in range(2):
+        store.defer("chaos.plain", Submission.of(None, f"flush-{n}", {}))
+    done, failed = store.claim_batch(limit=2, resume_expired=[])
+    reports = {}
+    completer = Completer(
+        store,
+        on_recorded=lambda held, report: reports.update({held.lease.job_id: report}),
+        retry_until=lambda: True,
+    )
+    completer.flush(
+        [
+            Finished(Held(done), Outcome.completed(done.lease, '{"n": 0}'), 0.1),
+            Finished(Held(failed), Outcome.failed(failed.lease, "gave up"), 0.1),
+        ]
+    )
+    assert reports[done.lease.job_id].outcome == AttemptEnd.COMPLETE
+    assert Job.objects.get(pk=done.lease.job_id).status == "complete"
+    # Only finished work is looked up: a failure written again stays refused as before.
+    assert reports[failed.lease.job_id].outcome == AttemptEnd.LEASE_LOST
+    assert Job.objects.get(pk=failed.lease.job_id).status == "failed"

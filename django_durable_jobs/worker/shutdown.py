@@ -85,9 +85,21 @@ class ShutdownMixin:
         except DatabaseError:
             logger.warning("could not release unstarted jobs; retrying", exc_info=True)
             reset_broken_connections()
+            # One at a time next: the database may refuse them only together (one statement
+            # larger than MariaDB's max_allowed_packet when their rows are large).
+            released, failed = 0, []
+            for index, entry in enumerate(entries):
+                try:
+                    released += self.store.release([entry.lease])
+                except DatabaseError:  # unavailable after all: the rest on the next pass
+                    reset_broken_connections()
+                    failed = entries[index:]
+                    break
             with self.holdings.lock:
-                self.unstarted.extend(entries)
-            return
+                self.unstarted.extend(failed)
+            entries = [entry for entry in entries if entry not in failed]
+            if not entries:
+                return
         logger.info("released %d claimed job(s) that never started", released)
         for entry in entries:
             self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.RELEASED, 0.0))

@@ -9,9 +9,10 @@ and every job still ends exactly once: one ``complete`` attempt (no lease ran ou
 ``interrupted`` one), one domain row per job, one job per schedule tick with no tick lost. Then
 it stops cleanly on SIGTERM.
 
-Two faults last longer: renewals refused past the lease (the attempt is interrupted, recorded as
-such, and the same worker resumes the job from its checkpoint), and a completion flush too large
-for MariaDB's packet limit (the completer writes it in parts instead of retrying it for ever).
+Three faults last longer: renewals refused past the lease (the attempt is interrupted, recorded
+as such, and the same worker resumes the job from its checkpoint), and a completion flush and a
+release of unstarted claims too large for MariaDB's packet limit (written in parts instead of
+retried for ever).
 
 On SQLite a connection cannot be killed (there is no server); a process killed in a transaction
 is ``test_faults.py``'s and ``tests/worker/test_crashes.py``'s subject.
@@ -29,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from django_durable_jobs import submit
-from django_durable_jobs.models import Job, JobAttempt, JobStatus, Schedule
+from django_durable_jobs.models import Job, JobAttempt, JobStatus, Schedule, WorkerProcess
 from django_durable_jobs.schedules import tick_key, ticks
 from django_durable_jobs.worker.connections import reset_broken_connections
 from tests.proof.faults import MESSAGE, Faults, Killer, Point
@@ -295,3 +296,40 @@ def test_a_flush_the_server_refuses_as_a_whole_is_written_in_parts(faults, start
     assert worker.running(), worker.logs()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.logs()
+
+
+def test_unstarted_claims_the_server_refuses_to_release_together_are_released_one_by_one(
+    faults, start, tmp_path
+):
+    # A stopping worker hands back the claims no job thread started, in one statement. With
+    # large rows (19 claims of 1 MB proposals) that statement is over MariaDB's default
+    # max_allowed_packet: released one at a time, they are pending again at once instead of
+    # held until the grace period ends and then left to expire as interrupted attempts.
+    blob = "x" * 1_000_000
+    jobs = [
+        submit("tests.large", {"blob": blob, "markers": str(tmp_path), "n": n}).pk
+        for n in range(20)
+    ]
+    worker = start("--concurrency", "1", "--prefetch", "20", "--grace", "10")
+    wait_for(
+        lambda: (
+            Job.objects.filter(status=JobStatus.RUNNING).count() == len(jobs)
+            and len(list(tmp_path.glob("started-*"))) == 1
+        ),
+        "every job claimed and one started",
+        diagnose=worker.logs,
+    )
+    (running,) = [job_id for job_id in jobs if (tmp_path / f"started-{job_id}-1").exists()]
+
+    worker.send(signal.SIGTERM)
+    worker.wait_for_log("released 19 claimed job(s) that never started")
+    (tmp_path / "open-all").touch()
+
+    assert worker.wait() == 0, worker.logs()
+    owner = WorkerProcess.objects.get(pid=worker.pid).owner_id
+    assert attempts(running) == [("complete", 1, owner)]
+    for job_id in jobs:
+        if job_id != running:
+            row = Job.objects.get(pk=job_id)
+            assert (row.status, row.attempts, row.owner_id) == (JobStatus.PENDING, 0, None)
+            assert attempts(job_id) == [("released", 1, owner)]

@@ -89,8 +89,23 @@ class Execution:
             raise InputInvalid("budget must be a number of seconds.")
         if budget < 0:
             raise InputInvalid("budget must not be negative.")
+        if deadline is not None and (
+            isinstance(deadline, bool)
+            or not isinstance(deadline, (int, float))
+            or math.isnan(deadline)
+        ):
+            raise InputInvalid("deadline must be a time.monotonic() value (a number) or None.")
+        if cancel_event is not None and not (
+            callable(getattr(cancel_event, "is_set", None))
+            and callable(getattr(cancel_event, "set", None))
+        ):
+            raise InputInvalid("cancel_event must be a threading.Event (or None for a new one).")
+        if write_fence is not None and not isinstance(write_fence, WriteFence):
+            raise InputInvalid("write_fence comes from bind_write_fence(execution, lease, ...).")
         for name, value in (("max_bytes", max_bytes), ("max_items", max_items)):
-            if value is not None and (not isinstance(value, int) or value < 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
                 raise InputInvalid(f"{name} must be a non-negative integer or None.")
         end = time.monotonic() + budget
         if deadline is not None:

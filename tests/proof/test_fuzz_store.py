@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -561,6 +562,79 @@ def test_list_page_of_fuzzed_queries_reads_or_refuses(
         assert kind in ("none", "real") or after == cursor
         assert len(page.candidates) <= limit
         assert all(job.scope == SCOPE and job.operation == operation for job in page.candidates)
+
+
+EXECUTION_ARGUMENTS = {
+    "scope": (st.sampled_from(["default", SCOPE]), st.one_of(fz.names(), fz.anything())),
+    "actor": (st.sampled_from(["fuzz", ACTOR, None]), st.one_of(fz.names(), fz.anything())),
+    "operation": (st.just(OP), st.one_of(fz.names(), fz.anything())),
+    "budget": (
+        st.one_of(st.floats(0.5, 60), st.sampled_from([1e300, float("inf")])),
+        st.one_of(fz.floats(), fz.integers(), fz.scalars()),
+    ),
+    "deadline": (st.none(), st.one_of(fz.floats(), fz.scalars())),
+    "cancel_event": (st.none(), st.one_of(fz.scalars(), st.just("cancelled"))),
+    "max_bytes": (st.none(), st.one_of(fz.integers(), fz.scalars())),
+}
+BOUNDED = ["claim", "defer", "request_cancel", "list_page"]
+
+
+@fz.fuzz_settings(40)
+@given(method=st.sampled_from(BOUNDED), args=fz.arguments(**EXECUTION_ARGUMENTS))
+# A deadline that is not a number raised TypeError, and a cancel_event without is_set()
+# AttributeError, both from Execution.start; found by this fuzz.
+@example(
+    method="claim",
+    args={
+        **{k: None for k in EXECUTION_ARGUMENTS},
+        "scope": "default",
+        "operation": OP,
+        "budget": 5.0,
+        "deadline": "soon",
+    },
+)
+@example(
+    method="claim",
+    args={
+        **{k: None for k in EXECUTION_ARGUMENTS},
+        "scope": "default",
+        "operation": OP,
+        "budget": 5.0,
+        "cancel_event": 5,
+    },
+)
+def test_bounded_calls_with_fuzzed_executions_run_or_refuse(method, args):
+    """Execution.start's arguments, then a store call bounded by the execution it made."""
+    world = world_for_example()
+    cancel_event = args["cancel_event"]
+    if cancel_event == "cancelled":
+        cancel_event = threading.Event()
+        cancel_event.set()
+    started, execution = attempt(
+        lambda: Execution.start(
+            Identity(args["scope"], args["actor"], args["operation"]),
+            budget=args["budget"],
+            deadline=args["deadline"],
+            cancel_event=cancel_event,
+            max_bytes=args["max_bytes"],
+        ),
+        args,
+        "Execution.start",
+    )
+    if not started:
+        untouched(True)
+        return
+    store = world.reader if method == "list_page" else world.store
+    call = {
+        "claim": lambda: store.claim(world.pending.pk, execution=execution),
+        "defer": lambda: store.defer(OP, submission(key="bounded"), execution=execution),
+        "request_cancel": lambda: store.request_cancel(world.pending.pk, execution=execution),
+        "list_page": lambda: store.list_page(PageQuery(OP), execution),
+    }[method]
+    accepted, _ = attempt(call, (method, args), f"bounded {method}")
+    untouched(not accepted or method == "list_page")
+    if accepted and method == "claim":
+        assert Job.objects.get(pk=world.pending.pk).owner_id == store.owner_id
 
 
 ATOMIC = ["complete_atomically", "retry_atomically", "finalize_atomically"]

@@ -24,6 +24,9 @@ The properties:
 ``ticks-once``
     the schedule's tick jobs have distinct keys, one per tick, with no tick missing between the
     first and the last;
+``reports-true``
+    what the workers logged of each attempt they ended agrees with the tables: an attempt
+    reported ``complete`` completed its job at its epoch; one reported ``lease-lost`` did not;
 ``no-stale-write``
     no write was accepted from an owner whose lease had been taken over: from the history, an
     accepted write by (owner, epoch) whose time is at or after the database recorded a higher
@@ -35,6 +38,7 @@ The properties:
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -62,7 +66,8 @@ class RunData:
     ``new_owner``, ``old_status``, ``new_status``, ``old_result``, ``new_result`` (booleans: a
     result present) and ``db_at`` (seconds since the epoch, the database's clock).
     ``clock_slack`` is how much coarser than a microsecond the database's clock is (SQLite's
-    counts milliseconds).
+    counts milliseconds). ``reports`` are the attempts the workers logged as ended (``job_id``,
+    ``epoch``, ``outcome``: ``complete``, ``lease-lost``, ...).
     """
 
     submitted: dict[str, str]
@@ -74,6 +79,7 @@ class RunData:
     schedule_name: str | None = None
     schedule_every: int = 1
     clock_slack: float = 0.0
+    reports: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -150,6 +156,7 @@ def check(run: RunData) -> Report:
     lost += tick_lost
     _check_audit_epochs(report, audit)
     accepted, refused = _check_history(report, run, audit)
+    _check_reports(report, run, jobs)
     logged = {
         (uid(r["job_id"]), r["epoch"], r["owner_id"])
         for r in run.history
@@ -174,6 +181,7 @@ def check(run: RunData) -> Report:
         "writes_accepted": accepted,
         "stale_writes_refused": refused,
         "audit_rows": len(run.audit),
+        "reports": len(run.reports),
         # Completions the database has but no process logged as accepted: their COMMIT
         # landed while the connection broke (a restart, a partition), so the worker never heard.
         "completions_unlogged": sum(
@@ -390,6 +398,27 @@ def _check_ticks(report: Report, run: RunData, jobs: dict[str, dict]) -> tuple[i
     return duplicates, missing, len(counted)
 
 
+def _check_reports(report: Report, run: RunData, jobs: dict[str, dict]) -> None:
+    for said in run.reports:
+        job = jobs.get(uid(said["job_id"]))
+        if job is None:
+            continue
+        completed_here = job["status"] == COMPLETE and job["fencing_epoch"] == said["epoch"]
+        if said["outcome"] == COMPLETE and not completed_here:
+            report.add(
+                "reports-true",
+                said["job_id"],
+                f"reported complete at epoch {said['epoch']}; the job is {job['status']} at "
+                f"epoch {job['fencing_epoch']}",
+            )
+        elif said["outcome"] == "lease-lost" and completed_here:
+            report.add(
+                "reports-true",
+                said["job_id"],
+                f"reported lease-lost at epoch {said['epoch']}, the epoch that completed it",
+            )
+
+
 def _check_audit_epochs(report: Report, audit: dict[str, list]) -> None:
     for job_id, rows in sorted(audit.items()):
         newest = 0
@@ -473,6 +502,19 @@ def read_history(folder: Path) -> list[dict[str, Any]]:
     return records
 
 
+REPORT = re.compile(r"job ([0-9a-f-]{36}) \S+ attempt=\d+ epoch=(\d+) outcome=([a-z-]+)")
+
+
+def read_reports(folder: Path) -> list[dict[str, Any]]:
+    """Return the attempts the workers' logs (``worker*.log``) report as ended."""
+    found = []
+    for path in sorted(folder.glob("worker*.log")):
+        for match in REPORT.finditer(path.read_text(errors="replace")):
+            job_id, epoch, outcome = match.groups()
+            found.append({"job_id": job_id, "epoch": int(epoch), "outcome": outcome})
+    return found
+
+
 def load_run(
     using: str,
     audit_table: str,
@@ -535,6 +577,7 @@ def load_run(
         schedule_name=schedule_name,
         schedule_every=schedule_every,
         clock_slack=clock_slack,
+        reports=read_reports(folder),
     )
 
 
@@ -552,7 +595,7 @@ def summary_lines(report: Report, faults: dict[str, int]) -> Iterable[str]:
         f"writes accepted {counts['writes_accepted']}, interrupted attempts "
         f"{counts['interrupted_attempts']}, released attempts {counts['released_attempts']}, "
         f"completions whose commit no worker heard back {counts['completions_unlogged']}, "
-        f"audit rows {counts['audit_rows']}"
+        f"reports checked {counts['reports']}, audit rows {counts['audit_rows']}"
     )
     if report.ok:
         yield "checker: every property holds"

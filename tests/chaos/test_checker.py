@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from tests.chaos.checker import DOMAIN, PLAIN, TICK, RunData, check
+from tests.chaos.checker import DOMAIN, PLAIN, TICK, RunData, check, read_reports
 
 pytestmark = pytest.mark.proof
 
@@ -119,6 +119,11 @@ def good_run() -> RunData:
         ],
         schedule_name="beat",
         schedule_every=1,
+        reports=[
+            {"job_id": A, "epoch": 1, "outcome": "lease-lost"},
+            {"job_id": A, "epoch": 2, "outcome": "complete"},
+            {"job_id": B, "epoch": 1, "outcome": "complete"},
+        ],
     )
 
 
@@ -277,3 +282,24 @@ def test_the_report_keeps_exact_counts_and_is_plain_data():
     assert report.violation_counts == {"one-domain-row": 1}
     assert report.counts["duplicates"] == 3
     assert json.loads(json.dumps(report.as_dict()))["ok"] is False
+
+
+def test_a_worker_that_reports_lease_lost_for_the_attempt_that_completed_the_job():
+    run = good_run()
+    run.reports.append({"job_id": B, "epoch": 1, "outcome": "lease-lost"})
+    assert "the epoch that completed it" in violations(run)["reports-true"][0]
+
+
+def test_a_worker_that_reports_complete_for_an_attempt_that_did_not_complete():
+    run = good_run()
+    run.reports.append({"job_id": A, "epoch": 1, "outcome": "complete"})
+    assert "the job is complete at epoch 2" in violations(run)["reports-true"][0]
+
+
+def test_reports_are_read_from_the_workers_log_lines(tmp_path):
+    line = (
+        "2026-12-02 07:21:04,055 INFO django_durable_jobs.worker: job "
+        f"{A} chaos.domain attempt=1 epoch=1 outcome=lease-lost duration=1.863s error=x\n"
+    )
+    (tmp_path / "worker0-1.log").write_text(line)
+    assert read_reports(tmp_path) == [{"job_id": A, "epoch": 1, "outcome": "lease-lost"}]

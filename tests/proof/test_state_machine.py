@@ -1,7 +1,7 @@
 """The model-based test of the store (issue 21): three clients against a pure model.
 
 A Hypothesis ``RuleBasedStateMachine`` drives the real ``DurableJobStore`` from three clients
-(three owner ids, one ``FakeClock``, leases of ``LEASE`` seconds) through every call that
+(three owner ids, one ``FakeClock``, leases of 10 s) through every call that
 changes a job: submissions, claims, owner writes under fresh, stale and foreign leases,
 batched outcomes, releases, requests, atomic retries and outcomes, and scheduler passes. Before
 each call ``tests.proof.model`` predicts its result or its exact refusal; a refused call must
@@ -38,9 +38,11 @@ pytestmark = [pytest.mark.proof, pytest.mark.django_db(transaction=True)]
 
 LONG = os.environ.get("DURABLE_JOBS_PROOF") == "long"
 # Examples of the bounded profile, sized for at most 40 s on each database in make test. Measured
-# with the machine's load average at 7-9 (two cores, several suites at once): 60 examples took
-# 24-26 s on SQLite, 40 took 35 s on PostgreSQL, 50 took 21 s on MariaDB; a step costs 15-25 ms
-# there, mostly queries (the comparison after each step, db_state() around each refusal).
+# with the machine's load average at 6-9 (two cores, several suites at once): 60 examples ran in
+# 15-26 s on SQLite, 30 in 18 s on PostgreSQL and 19 s on MariaDB (40 took 35 s on PostgreSQL);
+# a step costs 15-25 ms there, mostly queries (the comparison after each step, db_state()
+# around each refusal). The record's "examples" counts every machine Hypothesis built, more
+# than max_examples.
 BOUNDED = {"sqlite": 60, "postgresql": 30, "mariadb": 30}
 EXAMPLES = BOUNDED.get(TEST_DB, 30) * (20 if LONG else 1)
 STEPS = 80 if LONG else 40

@@ -12,6 +12,7 @@ import math
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -190,7 +191,14 @@ def bind_write_fence(
         raise InputInvalid("bind_write_fence() needs an Execution.")
     if not isinstance(proposal_hash, str) or not HEX_SHA256.fullmatch(proposal_hash):
         raise InputInvalid("proposal_hash must be the 64-character hex SHA-256 of the proposal.")
-    if getattr(lease, "job_id", None) is None or getattr(lease, "epoch", None) is None:
+    from .values import Lease  # at call time: values imports nothing of executions
+
+    if (
+        not isinstance(lease, Lease)
+        or not isinstance(lease.job_id, uuid.UUID)
+        or isinstance(lease.epoch, bool)
+        or not isinstance(lease.epoch, int)
+    ):
         raise InputInvalid("bind_write_fence() needs the Lease returned by a claim.")
     fence = WriteFence(lease=lease, proposal_hash=proposal_hash.lower(), using=using, clock=clock)
     return replace(execution, write_fence=fence)

@@ -92,6 +92,8 @@ def assert_write_fence(execution: Execution, *, using: str = "default") -> None:
     fence = execution.write_fence
     if fence is None:
         return
+    if not isinstance(using, str) or using not in connections.databases:
+        raise InputInvalid(f"No database alias {using!r} in settings.DATABASES.")
     if not connections[using].in_atomic_block:
         raise InputInvalid(
             "assert_write_fence() must run inside transaction.atomic(using=...) together with "

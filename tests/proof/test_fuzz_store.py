@@ -25,13 +25,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from django_durable_jobs import validation
 from django_durable_jobs.errors import JobError, TransactionOwned
-from django_durable_jobs.execution import Execution, Identity
+from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, Schedule
 from django_durable_jobs.store import (
     AttemptOutcome,
@@ -39,6 +40,7 @@ from django_durable_jobs.store import (
     Lease,
     PageQuery,
     Submission,
+    assert_write_fence,
 )
 from django_durable_jobs.values import Outcome, canonical_json
 from tests.proof import strategies as fz
@@ -637,6 +639,58 @@ def test_bounded_calls_with_fuzzed_executions_run_or_refuse(method, args):
         assert Job.objects.get(pk=world.pending.pk).owner_id == store.owner_id
 
 
+FENCE_ARGUMENTS = {
+    "hash": (
+        st.just("real"),
+        st.one_of(st.text("0123456789abcdef", min_size=64, max_size=64), fz.names(), fz.scalars()),
+    ),
+    "using": (st.just("default"), st.one_of(fz.names(), fz.anything())),
+    "scope": (st.just("default"), fz.names()),
+    "operation": (st.just(OP), fz.names()),
+    "key": (st.sampled_from(["running", None]), fz.names()),
+    "expired": (st.just(False), st.just(True)),
+}
+
+
+@fz.fuzz_settings(40)
+@given(data=st.data(), args=fz.arguments(**FENCE_ARGUMENTS))
+def test_a_write_fence_of_fuzzed_parts_passes_only_for_the_live_lease(data, args):
+    """bind_write_fence, then assert_write_fence in the caller's transaction: pass or refuse."""
+    world = world_for_example()
+    if args["expired"]:
+        world.clock.advance(LEASE + 1)
+    lease = forged(world, data)
+    running = Job.objects.get(pk=world.lease.job_id)
+    proposal_hash = running.proposal_hash if args["hash"] == "real" else args["hash"]
+    identity = Identity(args["scope"], "fuzz", args["operation"], args["key"])
+    execution = Execution.start(identity, budget=5.0)
+    bound, fenced = attempt(
+        lambda: bind_write_fence(execution, lease, proposal_hash, clock=world.clock),
+        (lease, proposal_hash),
+        "bind_write_fence",
+    )
+    untouched(True)  # neither call writes: attempt() and the comparison below prove it
+    if not bound:
+        return
+    before = state()
+
+    def guarded_write() -> None:
+        with transaction.atomic():
+            assert_write_fence(fenced, using=args["using"])
+
+    passed, _ = attempt(guarded_write, args, "assert_write_fence")
+    assert state() == before
+    if passed:  # only the live lease of the running job, as issued, with its own identity
+        real = world.lease  # expires_at is the holder's note, not authority: the row's counts
+        assert (lease.job_id, lease.owner_id, lease.epoch) == (
+            real.job_id,
+            real.owner_id,
+            real.epoch,
+        )
+        assert not args["expired"]
+        assert proposal_hash == running.proposal_hash and args["using"] == "default"
+
+
 ATOMIC = ["complete_atomically", "retry_atomically", "finalize_atomically"]
 
 
@@ -738,4 +792,11 @@ def test_the_crashes_this_fuzz_found_are_refusals_or_records_now(store):
         execution_for(store, job, other), AttemptOutcome("failed", "lone \ud800"), lambda e: None
     )
     assert done.state == "finalized", done.reason  # was pending-finalization: UnicodeEncodeError
+    fenced = execution_for(store, Job.objects.get(pk=waiting.pk), store.claim(waiting.pk))
+    with transaction.atomic():  # an alias not in DATABASES was ConnectionDoesNotExist
+        ok, error = attempt(lambda: assert_write_fence(fenced, using="nope"), "nope")
+    assert not ok and error.code == "E_JOB_INPUT_INVALID"
+    forged_id = dataclasses.replace(fenced.write_fence.lease, job_id="not-a-uuid")
+    ok, error = attempt(lambda: bind_write_fence(fenced, forged_id, "0" * 64), forged_id)
+    assert not ok and error.code == "E_JOB_INPUT_INVALID"  # was a ValidationError at the check
     assert Job.objects.get(pk=other.job_id).error == "lone ?"

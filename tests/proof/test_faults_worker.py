@@ -276,7 +276,8 @@ def test_a_flush_the_server_refuses_as_a_whole_is_written_in_parts(faults, start
         submit("tests.large", {"blob": blob, "markers": str(tmp_path), "n": n}).pk
         for n in range(10)
     ]
-    worker = start("--concurrency", "10")
+    # Leases of 10 s: writing 30 MB on a loaded machine may take longer than the usual 2 s.
+    worker = start("--concurrency", "10", "--lease", "10")
     wait_for(
         lambda: len(list(tmp_path.glob("started-*"))) == len(jobs),
         "every attempt to start",
@@ -310,7 +311,7 @@ def test_unstarted_claims_the_server_refuses_to_release_together_are_released_on
         submit("tests.large", {"blob": blob, "markers": str(tmp_path), "n": n}).pk
         for n in range(20)
     ]
-    worker = start("--concurrency", "1", "--prefetch", "20", "--grace", "10")
+    worker = start("--concurrency", "1", "--prefetch", "20", "--grace", "10", "--lease", "10")
     wait_for(
         lambda: (
             Job.objects.filter(status=JobStatus.RUNNING).count() == len(jobs)

@@ -135,7 +135,7 @@ def _create(options: dict[str, Any], stdout) -> int:
 def parse_duration(text: str) -> timedelta:
     """Return the positive duration ``text`` names: whole seconds, or units like ``1d12h``."""
     text = (text or "").strip().lower()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not "²", which isdigit() but int() refuses
         seconds = int(text)
     elif text and DURATION_RE.sub("", text) == "":
         seconds = sum(int(n) * DURATION_UNITS[unit] for n, unit in DURATION_RE.findall(text))

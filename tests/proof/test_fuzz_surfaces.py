@@ -38,7 +38,7 @@ from hypothesis.control import currently_in_test_context
 from django_durable_jobs import registry, submit, submit_many
 from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.errors import JobError
-from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
+from django_durable_jobs.models import ApiToken, Job, JobAttempt, WorkerProcess
 from django_durable_jobs.retry import RetryPolicy
 from django_durable_jobs.schedules import declared
 from django_durable_jobs.store import DurableJobStore
@@ -534,6 +534,42 @@ def _jobs_argv(ids: list[str]) -> st.SearchStrategy[list[str]]:
     ).map(lambda parts: [*parts[0], *parts[1]])
 
 
+def _token_argv(text: st.SearchStrategy[str]) -> st.SearchStrategy[list[str]]:
+    """Return ``token create|revoke|list`` command lines with fuzzed options."""
+    durations = st.one_of(
+        text,
+        st.sampled_from(["3600", "90m", "1w2d", "0", "99999999999999999999w", "²", "٣h", " 5 "]),
+    )
+    moments = st.one_of(
+        text,
+        fz.datetimes().map(lambda t: t.isoformat()),
+        st.sampled_from(["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+14:00", "2030-01-31"]),
+    )
+    create = st.tuples(
+        fz.sometimes(st.just("fuzz-allowed"), text),
+        fz.sometimes(st.just("red"), text),
+        fz.sometimes(st.just("label"), st.one_of(text, fz.long_text())),
+        st.lists(fz.sometimes(st.just(OP), text), max_size=2),
+        st.one_of(
+            st.just([]),
+            durations.map(lambda d: [f"--expires-in={d}"]),
+            moments.map(lambda m: [f"--expires-at={m}"]),
+        ),
+    ).map(
+        lambda c: [
+            "token",
+            "create",
+            f"--user={c[0]}",
+            f"--scope={c[1]}",
+            f"--name={c[2]}",
+            *[f"--operation={op}" for op in c[3]],
+            *c[4],
+        ]
+    )
+    revoke = fz.sometimes(st.integers(1, 3).map(str), text).map(lambda i: ["token", "revoke", i])
+    return st.one_of(create, revoke, st.just(["token", "list", "--all"]))
+
+
 @pytest.mark.django_db(transaction=True)
 @fz.fuzz_settings(50)
 @given(data=st.data())
@@ -544,7 +580,7 @@ def test_manage_py_jobs_runs_or_ends_in_a_command_error_that_wrote_nothing(data)
         store.fail(store.insert(OP, submission=submission({"n": 2}, key="failed")), "boom")
     ids = [str(pk) for pk in Job.objects.values_list("pk", flat=True)]
     argv = data.draw(_jobs_argv(ids), label="argv")
-    before, workers = rows_by_id(), WorkerProcess.objects.count()
+    before, workers, tokens = rows_by_id(), WorkerProcess.objects.count(), token_rows()
     try:
         call_command("jobs", *argv, stdout=StringIO(), stderr=StringIO())
     except CommandError as exc:
@@ -561,9 +597,39 @@ def test_manage_py_jobs_runs_or_ends_in_a_command_error_that_wrote_nothing(data)
             assert not any(pk in message for pk in once), (message, changed)
         else:
             assert not changed, f"jobs {argv} failed with {message!r} but wrote"
+        assert token_rows() == tokens, f"jobs {argv} failed with {message!r} but wrote a token"
     else:
         note(f"jobs {argv[:1]}: ran")
     assert WorkerProcess.objects.count() == workers
+
+
+@pytest.mark.django_db
+@fz.fuzz_settings(40)
+@given(argv=_token_argv(fz.nasty_text(16).filter(lambda s: "\x00" not in s)))
+# A superscript digit isdigit() but int() refuses it: ValueError, not a CommandError; found here.
+@example(argv=["token", "create", "--user=fuzz-allowed", "--scope=red", "--expires-in=²"])
+def test_manage_py_jobs_token_creates_what_it_says_or_refuses_without_a_token(argv):
+    """``jobs token create|revoke|list``: users, scopes, names, operations and expiries."""
+    if not ApiToken.objects.exists():
+        create_token(make_user("fuzz-allowed"), "red", "fuzz")
+    before = token_rows()
+    out = StringIO()
+    try:
+        call_command("jobs", *argv, stdout=out, stderr=StringIO())
+    except CommandError as exc:
+        note(f"jobs token {argv[1]}: CommandError")
+        assert str(exc)
+        assert token_rows() == before, f"jobs {argv} failed with {exc} but wrote a token"
+        return
+    note(f"jobs token {argv[1]}: ran")
+    if argv[1] == "create":
+        (row,) = ApiToken.objects.exclude(pk__in=[t["id"] for t in before])
+        assert f"Created token {row.pk} " in out.getvalue()
+        assert row.user.get_username() == "fuzz-allowed" and f"--scope={row.scope}" in argv
+
+
+def token_rows() -> list[dict]:
+    return list(ApiToken.objects.order_by("pk").values())
 
 
 def rows_by_id() -> dict[str, str]:

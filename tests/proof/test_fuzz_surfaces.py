@@ -294,7 +294,7 @@ SCHEDULE_ENTRY = {
 }
 
 
-@fz.fuzz_settings(150)
+@fz.fuzz_settings(100)
 @given(
     name=fz.sometimes(fz.plausible_names(), st.one_of(fz.names(), fz.anything())),
     entry=fz.arguments(**SCHEDULE_ENTRY),
@@ -413,7 +413,7 @@ def callers(transactional_db) -> dict[str, Client]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.urls("tests.urls")
-@fz.fuzz_settings(80)
+@fz.fuzz_settings(60)
 @given(
     data=st.data(),
     kind=st.sampled_from(REQUESTS),
@@ -686,7 +686,7 @@ def _runjobs_checks(argv: list[str]) -> CommandError | None:
 
 
 @pytest.mark.django_db
-@fz.fuzz_settings(80)
+@fz.fuzz_settings(60)
 @given(options=fz.arguments(**RUNJOBS_OPTIONS))
 def test_runjobs_refuses_a_bad_option_before_anything_starts(options):
     argv = [f"{name}={value}" for name, value in sorted(options.items()) if value is not None]

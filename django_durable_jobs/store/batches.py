@@ -37,7 +37,9 @@ UNREQUESTED_CANCEL = "The executor raised JobCancelled without a request."
 NO_MESSAGE = "The attempt failed without a message saying why."
 
 
-# What a pending row looks like before any claim (the epoch stays where the claim put it).
+# What a pending row looks like before any claim (the epoch stays where the claim put it). A
+# retry request goes too: pending work needs none, and a claim of pending work that kept one
+# would leave it on the running job, making it claimable again by itself once its lease expired.
 _UNCLAIMED = {
     "status": JobStatus.PENDING,
     "owner_id": None,
@@ -46,6 +48,7 @@ _UNCLAIMED = {
     "claimed_at": None,
     "claimed_by": "",
     "attempts": 0,
+    "retry_requested_at": None,
 }
 
 
@@ -238,9 +241,10 @@ class BatchMixin(StoreBase):
         take the job again at once, whatever its ``on_expired``: a job claimed from the pending
         backlog is pending again (at the claim's epoch, which never goes back); a retry or a
         resumed lease ends its lease now with a retry request. Either way the history records a
-        ``released`` attempt. Leases no longer held are skipped.
+        ``released`` attempt. Leases no longer held are skipped; a lease listed twice is
+        released once.
         """
-        leases = [self._lease_of(lease) for lease in listed(leases, "leases")]
+        leases = list(dict.fromkeys(self._lease_of(lease) for lease in listed(leases, "leases")))
         if not leases:
             return 0
         with bounded_atomic(self.using):

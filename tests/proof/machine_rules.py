@@ -407,11 +407,10 @@ class StoreMachine(RuleBasedStateMachine):
             if r.refusal is not None:
                 assert r.refusal.code == "E_JOB_LEASE_LOST"
 
-    @rule(client=clients, picked=st.lists(leases, max_size=3, unique_by=lambda lease: lease))
+    @rule(client=clients, picked=st.lists(leases, max_size=3))
     @counted
     def release(self, client, picked):
-        """Claims handed back; each lease listed once (twice is a known bug, see the xfail
-        ``test_release_skips_a_lease_given_twice``)."""
+        """Claims handed back (a lease may be listed twice: it is released once)."""
         expected = self.model.release(client, [self.lease_of(lease) for lease in picked])
         released = self.clients[client].release(picked)
         assert released == expected, f"released {released}, expected {expected}"

@@ -332,20 +332,7 @@ class StoreModel:
             if passed:
                 raise Mismatch(f"job {passed[0].id} came first in claim order but was left")
         # A retry request starts a new attempt (result, error, requests and progress cleared).
-        # KNOWN BUG, modelled as the code behaves until it is fixed: a pending row can carry a
-        # retry request (``release`` hands an expired, retry-requested first attempt back to
-        # pending and keeps the request). When no rarer work is claimable the claim takes the
-        # one-statement path, which keeps that request on the running job; the row-by-row path
-        # clears it. See ``test_a_released_retry_request_does_not_outlive_the_next_claim``.
-        exact = any(job.status != PENDING for job in candidates)
-        return [
-            self._take(
-                by_id[i],
-                client,
-                new_attempt=by_id[i].retry_requested and (by_id[i].status != PENDING or exact),
-            )
-            for i in chosen
-        ]
+        return [self._take(by_id[i], client, new_attempt=by_id[i].retry_requested) for i in chosen]
 
     # -- owner writes ----------------------------------------------------------------------------
 
@@ -415,9 +402,13 @@ class StoreModel:
         return written
 
     def release(self, client: int, leases: list[ModelLease]) -> int:
-        """Hand back ``client``'s claims still held (expired or not); return how many."""
+        """Hand back ``client``'s claims still held (expired or not); return how many.
+
+        A lease listed twice is released once. A first attempt goes back to pending without
+        any retry request (pending work needs none).
+        """
         count = 0
-        for lease in leases:
+        for lease in dict.fromkeys(leases):
             job = self.jobs.get(lease.job_id)
             if not (
                 job is not None
@@ -430,6 +421,7 @@ class StoreModel:
             job.history.append(Attempt(job.epoch, job.owner, RELEASED))
             if job.attempts == 1:
                 job.status, job.owner, job.lease_expires, job.attempts = PENDING, None, None, 0
+                job.retry_requested = False
             else:
                 job.lease_expires = self.now
                 job.retry_requested = True

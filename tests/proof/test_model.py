@@ -140,7 +140,7 @@ def test_release_hands_claims_back() -> None:
     first = m.claim(1, "fresh")
     m.advance(11)
     resumed = m.claim(2, "fresh")
-    assert m.release(2, [first, resumed]) == 1  # the stale one is skipped
+    assert m.release(2, [first, resumed, resumed]) == 1  # stale: skipped; twice: once
     assert (job.status, job.attempts, job.lease_expires, job.retry_requested) == (
         "running",
         1,
@@ -180,3 +180,16 @@ def test_a_schedule_enqueues_each_tick_once_skipping_while_its_job_runs() -> Non
     # skipped, the job of 12:02:00 being pending.
     assert (keys, skipped) == ([tick_key("s", T0 + 4 * every)], 1)
     assert m.schedules[0].last_tick == T0 + 5 * every
+
+
+def test_a_first_attempt_released_goes_back_to_pending_without_a_retry_request() -> None:
+    m = model()
+    lease = m.insert(0, "tests.hold", None, "{}", "j1")
+    m.advance(11)
+    assert m.request_retry("j1") is True
+    assert m.release(0, [lease]) == 1
+    job = m.jobs["j1"]
+    assert (job.status, job.retry_requested, job.attempts) == ("pending", False, 0)
+    (again,) = m.claim_next(1, 1, frozenset(), ["j1"])
+    m.advance(11)
+    assert m.claimable(frozenset()) == []  # a held job is left for a person

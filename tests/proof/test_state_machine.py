@@ -96,18 +96,15 @@ def _record(seconds: float) -> None:
     print(f"state machine on {TEST_DB}: {record['steps']} steps in {record['examples']} examples")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: release() hands a retry-requested first attempt back to pending with its "
-    "retry request, and the one-statement claim keeps it on the new attempt",
-)
 def test_a_released_retry_request_does_not_outlive_the_next_claim() -> None:
     """A claim that starts a new attempt leaves no retry request behind on the running job.
 
-    Found by the state machine. Otherwise the request outlives the attempt that carried it out:
-    when that attempt's lease expires, a job of an ``on_expired="hold"`` operation is taken
-    again automatically (a retry request makes any expired lease claimable), instead of being
-    left for a person. The row-by-row claim path clears it; the one-statement path does not.
+    Found by the state machine: ``release`` handed an expired, retry-requested first attempt
+    back to pending with its retry request, and the one-statement claim of pending work kept it
+    on the new attempt (the row-by-row path cleared it). The request then outlived the attempt
+    that carried it out: when that attempt's lease expired, a job of an ``on_expired="hold"``
+    operation was taken again by itself instead of being left for a person. ``release`` now
+    clears the request of a job it makes pending.
     """
     clock = FakeClock()
     store = DurableJobStore(actor="worker-a", lease_seconds=10, clock=clock)
@@ -122,17 +119,13 @@ def test_a_released_retry_request_does_not_outlive_the_next_claim() -> None:
     assert Job.objects.get(pk=lease.job_id).retry_requested_at is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: release() given the same lease twice refuses the whole call with "
-    "LeaseLost ('Rows changed under their locks'), although the claim is still held",
-)
 def test_release_skips_a_lease_given_twice() -> None:
     """``release`` hands a claim back once however often its lease is listed.
 
     Found while modelling ``release``: ``record_outcomes`` answers a repeated lease with one
-    outcome and one ``LeaseLost``, but ``release`` counts the repeated lease twice, matches one
-    row, and refuses everything with a lost lease, the job still held by the caller.
+    outcome and one ``LeaseLost``, but ``release`` counted the repeated lease twice, matched one
+    row, and refused everything with a lost lease ("Rows changed under their locks"), the job
+    still held by the caller.
     """
     clock = FakeClock()
     store = DurableJobStore(actor="worker-a", lease_seconds=10, clock=clock)

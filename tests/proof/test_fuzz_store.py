@@ -325,7 +325,9 @@ def test_a_submission_is_stored_exactly_or_refused_without_a_write(method, scope
         assert set(Job.objects.values_list("pk", flat=True)) == earlier, "a read wrote a row"
         return
     jobs = value if method == "defer_many" else [value]
-    for job in jobs:
+    given = list(many) if method == "defer_many" else [sub]  # hostile copies: the list itself
+    assert len(jobs) == len(given)
+    for job, sub in zip(jobs, given, strict=True):
         if job is None:  # insert of an identical earlier submission: nothing claimed
             continue
         pk = job.job_id if method == "insert" else job.pk
@@ -333,7 +335,7 @@ def test_a_submission_is_stored_exactly_or_refused_without_a_write(method, scope
         assert row.operation == operation and row.proposal_hash == sha256(row.proposal)
         if sub is None:  # no submission (insert's default): an empty proposal, a fresh key
             assert row.proposal == "{}"
-            sub = Submission(None, None, "{}")
+            sub = Submission(None, None, "{}")  # noqa: PLW2901 - what None stands for
         assert row.proposal == sub.proposal
         assert row.scope == (sub.scope or store.scope or "default")
         if sub.idempotency_key is not None:

@@ -95,6 +95,7 @@ def _option(name: str, check: Any, value: Any) -> Any:
 
 def _create(options: dict[str, Any], stdout) -> int:
     User = get_user_model()
+    _option("--user", lambda u: validation.encodable(u, "--user"), options["user"])
     try:
         user = User._default_manager.get_by_natural_key(options["user"])
     except User.DoesNotExist:
@@ -206,6 +207,8 @@ def _list(options: dict[str, Any], stdout) -> int:
         .order_by("created_at", "id")
     )
     if options.get("user"):
+        # An argv byte that is not UTF-8 arrives as a lone surrogate, which no driver can send.
+        _option("--user", lambda u: validation.encodable(u, "--user"), options["user"])
         rows = rows.filter(**{f"user__{get_user_model().USERNAME_FIELD}": options["user"]})
     if not options.get("all"):
         rows = rows.filter(revoked_at__isnull=True)

@@ -46,7 +46,7 @@ PORTS = {"postgresql": 5432, "mariadb": 3306}
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.chaos", description=__doc__.split("\n")[0]
+        prog="python -m tests.chaos", description=__doc__.split("\n\n")[0].replace("\n", " ")
     )
     parser.add_argument(
         "--db",

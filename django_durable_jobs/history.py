@@ -23,32 +23,12 @@ from typing import Any
 
 logger = logging.getLogger("django_durable_jobs.history")
 
-__all__ = ["enabled", "fenced_verdicts", "fenced_write", "fenced_writes", "logger"]
+__all__ = ["enabled", "fenced_verdicts", "fenced_writes", "logger"]
 
 
 def enabled() -> bool:
     """Return True when fenced writes are being recorded (the logger is enabled for DEBUG)."""
     return logger.isEnabledFor(logging.DEBUG)
-
-
-def fenced_write(
-    kind: str,
-    *,
-    job_id: Any,
-    epoch: int,
-    owner_id: str | None,
-    accepted: bool,
-    at: datetime,
-    why: str | None = None,
-) -> None:
-    """Record one fenced write of ``kind`` by (``owner_id``, ``epoch``) on job ``job_id``.
-
-    ``at`` is the store's clock in the write's transaction; ``why`` says why a refused write was
-    refused. Does nothing unless the history logger is enabled for DEBUG.
-    """
-    if not logger.isEnabledFor(logging.DEBUG):
-        return
-    _log(kind, str(job_id), epoch, owner_id, accepted, at, why)
 
 
 def fenced_writes(

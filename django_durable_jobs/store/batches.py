@@ -257,7 +257,8 @@ class BatchMixin(StoreBase):
                 for lease in leases
                 if self._releasable(lease, rows.get(lease.job_id))
             ]
-            gone = (ls for ls in leases if not self._releasable(ls, rows.get(ls.job_id)))
+            kept = {lease for lease, _ in held}
+            gone = (lease for lease in leases if lease not in kept)
             fenced_writes("release", gone, accepted=False, at=now, why="fence")
             history = [_attempt_of(row, now, RELEASED, RELEASED_ERROR) for _, row in held]
             first = [lease for lease, row in held if row.attempts == 1]  # claimed from pending

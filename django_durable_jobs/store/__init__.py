@@ -55,7 +55,7 @@ class DurableJobStore(
 ):
     """A client of the job table: one owner id, one scope, one clock.
 
-    ``DurableJobStore(*, scope=None, actor=None, lease_seconds=30.0, using="default", clock=None)``
+    ``DurableJobStore(*, scope=None, actor=None, lease_seconds=30.0, using=None, clock=None)``: ``using=None`` is the ``DURABLE_JOBS["DATABASE"]`` alias.
 
     ``lease=`` is the deprecated name of ``lease_seconds=``; it still works, with a warning.
     """

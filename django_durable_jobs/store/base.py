@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections
-from django.utils import timezone
 
-from .. import history, registry, validation
-from ..conf import jobs_settings
-from ..dbvendor import lock_for_update, lock_gate
-from ..errors import CapacityReached, InputInvalid, LeaseLost, NotReclaimable, ScopeMismatch
+from .. import history, validation
+from ..dbvendor import lock_for_update
+from ..errors import InputInvalid, LeaseLost, NotReclaimable
 from ..execution import Execution
 from ..models import Job, JobAttempt
 from ..transactions import bounded_atomic
 from ..values import Lease
-from ..vocabulary import AttemptOutcomeChoice, JobStatus, assess_ownership
+from ..vocabulary import AttemptOutcomeChoice, JobStatus
+from . import client as client_room
+from .client import Client
 from .fence import _lease_lost
 
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
@@ -77,25 +77,38 @@ class StoreBase:
         scope: str | None = None,
         actor: str | None = None,
         lease_seconds: float = 30.0,
-        using: str = "default",
+        using: str | None = None,
         clock: Callable[[], datetime] | None = None,
         lease: float | None = None,
     ) -> None:
-        self.scope = None if scope is None else validation.scope(scope)
-        self.actor = None if actor is None else validation.name(actor, "actor")
-        self.lease_seconds = validation.lease_seconds(lease_seconds, lease)
-        if not isinstance(using, str) or using not in connections.databases:
-            raise InputInvalid(f"No database alias {using!r} in settings.DATABASES.")
-        self.using = using
-        if clock is not None and not callable(clock):
-            raise InputInvalid(
-                f"clock is a zero-argument callable returning an aware datetime (or None for "
-                f"django.utils.timezone.now); got {clock!r}."
-            )
-        self.clock = clock or timezone.now
-        self.owner_id = str(uuid.uuid4())
+        self._client = Client.build(
+            scope=scope,
+            actor=actor,
+            lease_seconds=lease_seconds,
+            using=using,
+            clock=clock,
+            lease=lease,
+        )
         self._claim_statements: dict[tuple, Any] = {}  # compiled claims, see batches.py
         self._turn = ""  # the scope this client's last claim of pending work served (claims.py)
+
+    scope = property(lambda self: self._client.scope, doc="The scope this client serves, or None.")
+    actor = property(lambda self: self._client.actor, doc="Who acts, as recorded on claims.")
+    using = property(lambda self: self._client.using, doc="The database alias of the job tables.")
+    clock = property(lambda self: self._client.clock, doc="The clock every write is stamped by.")
+    lease_seconds = property(
+        lambda self: self._client.lease_seconds, doc="How long a claim's lease lasts, in seconds."
+    )
+
+    @property
+    def owner_id(self) -> str:
+        """The owner id every lease this client takes carries."""
+        return self._client.owner_id
+
+    @owner_id.setter
+    def owner_id(self, value: str) -> None:
+        # Tests act as another process's client by taking over its owner id.
+        self._client = replace(self._client, owner_id=value)
 
     @property
     def lease(self) -> float:
@@ -108,34 +121,19 @@ class StoreBase:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _now(self) -> datetime:
-        return validation.aware(self.clock(), "The store clock's value")
+        return client_room.now(self._client)
 
     def _jobs(self):
-        return Job.objects.using(self.using).in_scope(self.scope)
+        return client_room.jobs(self._client)
 
     def _annotate(self, job: Job | None, now: datetime | None = None) -> Job | None:
-        if job is not None:
-            job.ownership = assess_ownership(job, now or self._now())
-        return job
+        return client_room.annotate(self._client, job, now)
 
     def _resolve_scope(self, scope: str | None) -> str:
-        resolved = scope if scope is not None else self.scope or jobs_settings.DEFAULT_SCOPE
-        validation.scope(resolved)
-        if self.scope is not None and resolved != self.scope:
-            raise ScopeMismatch(
-                f"This store is scoped to {self.scope!r} and cannot act for scope {resolved!r}; "
-                f"use a store of that scope."
-            )
-        return resolved
+        return client_room.resolve_scope(self._client, scope)
 
     def _check_identity(self, execution: Execution) -> None:
-        if not isinstance(execution, Execution):
-            raise InputInvalid("This call needs an Execution (Execution.start(identity, ...)).")
-        if self.scope is not None and execution.identity.scope != self.scope:
-            raise ScopeMismatch(
-                f"The execution acts for scope {execution.identity.scope!r} but this store is "
-                f"scoped to {self.scope!r}."
-            )
+        client_room.check_identity(self._client, execution)
 
     def _lease_of(self, lease: Any) -> Lease:
         """Return ``lease``, or refuse what is not a ``Lease`` (``InputInvalid``)."""
@@ -207,52 +205,7 @@ class StoreBase:
         )
 
     def _locked_row(self, job_id: Any) -> Job | None:
-        pk = validation.job_id(job_id)
-        return lock_for_update(self._jobs().filter(pk=pk)).first()
-
-    @staticmethod
-    def _max_running(max_running: Any) -> int | None:
-        """Return ``max_running`` when it is None or a positive whole number; else refuse it.
-
-        Called first by every method that takes it, so a bad value is ``InputInvalid`` before
-        any SQL, never a ``CapacityReached`` (``max_running=0`` would allow nothing, ever).
-        """
-        if max_running is not None and (
-            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
-        ):
-            raise InputInvalid(
-                f"max_running is a positive whole number, or None for the operation's own "
-                f"limit; got {max_running!r}."
-            )
-        return max_running
-
-    def _capacity(self, operation: str, max_running: int | None) -> int | None:
-        if self._max_running(max_running) is None:
-            spec = registry.get(operation)
-            max_running = spec.max_running if spec else None
-        return self._max_running(max_running)
-
-    def _free_slots(self, operation: str, cap: int, exclude: Any = None) -> int:
-        """Lock the operation's gate and return how many more may run (atomic with the claim)."""
-        return self._gated_slots(operation, cap, exclude, operation=operation)
-
-    def _gated_slots(self, gate: str, cap: int, exclude: Any = None, **running_of: Any) -> int:
-        """Lock capacity gate ``gate``; return ``cap`` less the running jobs ``running_of`` names.
-
-        ``exclude`` is a job not to count (the one being claimed again).
-        """
-        lock_gate(self.using, gate)
-        running = Job.objects.using(self.using).filter(status=JobStatus.RUNNING, **running_of)
-        if exclude is not None:
-            running = running.exclude(pk=exclude)
-        return cap - running.count()
-
-    def _require_capacity(self, operation: str, cap: int | None, exclude: Any = None) -> None:
-        if cap is not None and self._free_slots(operation, cap, exclude) <= 0:
-            raise CapacityReached(
-                f"Operation {operation!r} already has {cap} running job(s) (max_running={cap}); "
-                f"try again when one finishes."
-            )
+        return client_room.locked_row(self._client, job_id)
 
     def _record_attempt(
         self, job: Job, now: datetime, outcome: str, error: str | None, **failure: Any

@@ -14,14 +14,14 @@ from ..models import Job
 from ..transactions import bounded_atomic
 from ..values import Claimed, Lease
 from ..vocabulary import JobStatus, assess_ownership, claim_refusal, is_takeable
+from . import capacity
 from .batches import BatchMixin, _claim_order, _Disagreement
-from .quotas import QuotaMixin
 from .submissions import listed
 
 CLAIM_BATCH_MAX = 1000
 
 
-class ClaimMixin(BatchMixin, QuotaMixin):
+class ClaimMixin(BatchMixin):
     """Take ownership of claimable jobs, the pending ones in turns across scopes.
 
     Each claim of pending work takes the best jobs (priority, then ``run_after``, then age) of one
@@ -36,7 +36,7 @@ class ClaimMixin(BatchMixin, QuotaMixin):
         self, job_id: Any, *, max_running: int | None = None, execution: Execution | None = None
     ) -> Lease:
         """Claim an unclaimed pending job, or take over a running job whose lease expired."""
-        self._max_running(max_running)
+        capacity.checked_max_running(max_running)
         with bounded_atomic(self.using, execution):
             now = self._now()
             row = self._locked_row(job_id)
@@ -45,10 +45,13 @@ class ClaimMixin(BatchMixin, QuotaMixin):
             refusal = claim_refusal(row, assess_ownership(row, now))
             if refusal is not None:
                 raise NotReclaimable(refusal)
-            self._require_capacity(
-                row.operation, self._capacity(row.operation, max_running), row.pk
+            capacity.require_operation_room(
+                self._client,
+                row.operation,
+                capacity.operation_cap(row.operation, max_running),
+                row.pk,
             )
-            self._require_scope_capacity(row.scope, row.pk)
+            capacity.require_scope_room(self._client, row.scope, row.pk)
             return self._take(row, now, new_attempt=False)
 
     def claim_next(
@@ -91,7 +94,7 @@ class ClaimMixin(BatchMixin, QuotaMixin):
         one by one, in claim order, with capacity counted as they are taken.
         """
         validation.whole(limit, "limit", 1, CLAIM_BATCH_MAX)
-        self._max_running(max_running)
+        capacity.checked_max_running(max_running)
         ops = _names(operations, validation.operation)
         queue_names = _names(queues, lambda q: validation.name(q, "queue"))
         if resume_expired is None:
@@ -191,9 +194,11 @@ class ClaimMixin(BatchMixin, QuotaMixin):
                 if row.operation in full or not is_takeable(row):
                     continue
                 if row.operation not in slots:
-                    cap = self._capacity(row.operation, max_running)
+                    cap = capacity.operation_cap(row.operation, max_running)
                     slots[row.operation] = (
-                        None if cap is None else self._free_slots(row.operation, cap)
+                        None
+                        if cap is None
+                        else capacity.operation_free_slots(self._client, row.operation, cap)
                     )
                 free = slots[row.operation]
                 adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
@@ -201,9 +206,11 @@ class ClaimMixin(BatchMixin, QuotaMixin):
                     full.add(row.operation)
                     continue
                 if scope_limits and row.scope not in scope_slots:
-                    cap = self._scope_cap(row.scope)
+                    cap = capacity.scope_cap(row.scope)
                     scope_slots[row.scope] = (
-                        None if cap is None else self._scope_free_slots(row.scope, cap)
+                        None
+                        if cap is None
+                        else capacity.scope_free_slots(self._client, row.scope, cap)
                     )
                 scope_free = scope_slots.get(row.scope)
                 if scope_free is not None and scope_free - adds_running < 0:

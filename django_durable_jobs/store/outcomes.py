@@ -24,9 +24,9 @@ from ..vocabulary import (
     retry_answer,
     retry_refusal,
 )
-from .base import _snapshot
+from . import capacity
+from .base import StoreBase, _snapshot
 from .fence import _lease_lost, _verify_fence
-from .quotas import QuotaMixin
 
 # A history row keeps at most this much of a failure's traceback, and of its class path.
 TRACEBACK_MAX_CHARS = 32_000
@@ -36,7 +36,7 @@ ERROR_MAX_CHARS = 10_000
 _CUT = "\n… {} characters cut …\n"
 
 
-class OutcomeMixin(QuotaMixin):
+class OutcomeMixin(StoreBase):
     """Owner writes, requests from anyone, and atomic outcomes."""
 
     def heartbeat(self, lease: Lease) -> Job:
@@ -196,7 +196,7 @@ class OutcomeMixin(QuotaMixin):
         """
         validation.job_id(job_id)
         self._check_identity(execution)
-        self._max_running(max_running)
+        capacity.checked_max_running(max_running)
         with bounded_atomic(self.using, execution):
             now = self._now()
             row = self._locked_row(job_id)
@@ -208,10 +208,13 @@ class OutcomeMixin(QuotaMixin):
             if retain_outcome is not None:
                 previous = json.dumps(_snapshot(row), sort_keys=True)
                 validation.json_text(retain_outcome(previous), "retain_outcome receipt")
-            self._require_capacity(
-                row.operation, self._capacity(row.operation, max_running), row.pk
+            capacity.require_operation_room(
+                self._client,
+                row.operation,
+                capacity.operation_cap(row.operation, max_running),
+                row.pk,
             )
-            self._require_scope_capacity(row.scope, row.pk)
+            capacity.require_scope_room(self._client, row.scope, row.pk)
             return self._take(row, now, new_attempt=True)
 
     # -- atomic outcomes -------------------------------------------------------------------------

@@ -22,14 +22,15 @@ from ..models import Job
 from ..transactions import bounded_atomic, check_execution, refuse_caller_transaction
 from ..values import Lease, Submission
 from ..vocabulary import JobStatus, Ownership, proposal_sha256
+from . import capacity
+from .base import StoreBase
 from .enqueue_sql import NewRow, enqueue
-from .quotas import QuotaMixin
 
 EMPTY_PROPOSAL = "{}"
 MAX_SUBMISSIONS = 10_000  # jobs per defer_many() / submit_many() call
 
 
-class SubmissionMixin(QuotaMixin):
+class SubmissionMixin(StoreBase):
     """Insert and defer jobs; coalesce identical submissions."""
 
     def _row(
@@ -130,7 +131,7 @@ class SubmissionMixin(QuotaMixin):
         """Create a job already running and owned by this client; None for a repeat submission."""
         op = validation.operation(operation)
         scope, row = self._row(submission, job_id)
-        cap = self._capacity(op, max_running)
+        cap = capacity.operation_cap(op, max_running)
         # The rate counted is given back if anything refuses or fails, the COMMIT included.
         with (
             tracing.producer(op, queue="default", scope=scope) as sending,
@@ -141,9 +142,9 @@ class SubmissionMixin(QuotaMixin):
             if (earlier := self._existing(op, scope, row.key, row.proposal)) is not None:
                 sending.sent(earlier.pk, earlier.trace_context)
                 return None
-            self._require_capacity(op, cap)
-            self._require_scope_capacity(scope)
-            taken += self._admit(scope, 1, 0, now, pending=False)
+            capacity.require_operation_room(self._client, op, cap)
+            capacity.require_scope_room(self._client, scope)
+            taken += capacity.admit(self._client, scope, 1, 0, now, pending=False)
             expires = now + timedelta(seconds=self.lease_seconds)
             fields = {
                 "operation": op,
@@ -218,7 +219,7 @@ class SubmissionMixin(QuotaMixin):
             quotas.counted() as taken,  # given back if the write is refused or fails
         ):
             try:
-                taken += self._admit(scope, 1, priority, self._now())
+                taken += capacity.admit(self._client, scope, 1, priority, self._now())
             except CapacityReached:
                 # A repeat of an earlier submission adds nothing: it is answered, not refused.
                 earlier = None
@@ -295,7 +296,7 @@ class SubmissionMixin(QuotaMixin):
             quotas.counted() as taken,  # given back if the write is refused or fails
         ):
             for scope, group in _by_scope(rows).items():
-                taken += self._admit(scope, len(group), priority, now)
+                taken += capacity.admit(self._client, scope, len(group), priority, now)
             if in_caller_transaction:
                 with transaction.atomic(using=self.using):  # a savepoint: a refusal undoes it
                     return write()

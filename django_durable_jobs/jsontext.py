@@ -276,3 +276,18 @@ def _fitting(chunk: str, room: int, measure: Callable[[str], int]) -> int:
         else:
             high = middle - 1
     return low
+
+
+def canonical_json(value: Any) -> str:
+    """Serialise ``value`` to canonical JSON: sorted keys, no spaces, no NaN.
+
+    A value nested deeper than ``MAX_JSON_DEPTH`` levels is refused with a ``ValueError``
+    (``JsonTooDeep``), never a ``RecursionError``, however deep it is.
+    """
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except RecursionError:  # nested past what the interpreter can walk: far past the limit
+        raise JsonTooDeep(None) from None
+    return check_depth(text)

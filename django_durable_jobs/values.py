@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from .jsontext import JsonTooDeep, check_depth
-from .vocabulary import AttemptOutcomeChoice, RequestAnswer
+from .jsontext import canonical_json
+from .outcome import Outcome
+from .vocabulary import RequestAnswer
 
 __all__ = [
     "AttemptOutcome",
@@ -24,21 +24,6 @@ __all__ = [
     "Submission",
     "canonical_json",
 ]
-
-
-def canonical_json(value: Any) -> str:
-    """Serialise ``value`` to canonical JSON: sorted keys, no spaces, no NaN.
-
-    A value nested deeper than ``MAX_JSON_DEPTH`` levels is refused with a ``ValueError``
-    (``JsonTooDeep``), never a ``RecursionError``, however deep it is.
-    """
-    try:
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-    except RecursionError:  # nested past what the interpreter can walk: far past the limit
-        raise JsonTooDeep(None) from None
-    return check_depth(text)
 
 
 @dataclass(frozen=True)
@@ -119,44 +104,6 @@ class Claimed:
     @property
     def job_id(self) -> UUID:
         return self.lease.job_id
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one attempt ended, for ``DurableJobStore.record_outcomes``; build it with a constructor.
-
-    ``complete`` carries the result as JSON text, ``failed`` the error message and, when an
-    exception caused it, the exception's class path and traceback; ``cancelled`` acknowledges a
-    recorded cancellation request. Two outcomes compare equal whatever their tracebacks: those
-    are evidence for the attempt's history row, not part of what the outcome says.
-    """
-
-    lease: Lease
-    status: str
-    result_json: str | None = None
-    error: str | None = None
-    error_class: str = field(default="", compare=False)
-    traceback: str | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def completed(cls, lease: Lease, result_json: str) -> Outcome:
-        return cls(lease, AttemptOutcomeChoice.COMPLETE, result_json=result_json)
-
-    @classmethod
-    def failed(
-        cls, lease: Lease, error: str, *, error_class: str = "", traceback: str | None = None
-    ) -> Outcome:
-        return cls(
-            lease,
-            AttemptOutcomeChoice.FAILED,
-            error=error,
-            error_class=error_class,
-            traceback=traceback,
-        )
-
-    @classmethod
-    def cancelled(cls, lease: Lease) -> Outcome:
-        return cls(lease, AttemptOutcomeChoice.CANCELLED)
 
 
 @dataclass(frozen=True)

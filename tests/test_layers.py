@@ -18,7 +18,7 @@ LAYERS = [
     {"errors", "conf", "expressions", "humanize", "terminal"},
     {"validation", "retry", "jsontext", "tracing", "history"},
     {"vocabulary", "registry"},
-    {"values", "execution"},
+    {"values", "execution", "outcome"},
     {"schedules"},
     {"querysets", "models", "migrations"},
     {"dbvendor", "transactions", "checks", "rows", "quotas", "stats"},

@@ -33,7 +33,6 @@ from .submissions import listed
 
 RELEASED = AttemptOutcomeChoice.RELEASED
 RELEASED_ERROR = "Released unstarted by a stopping worker; no code of this attempt ran."
-UNREQUESTED_CANCEL = "The executor raised JobCancelled without a request."
 NO_MESSAGE = "The attempt failed without a message saying why."
 
 
@@ -192,6 +191,13 @@ class BatchMixin(StoreBase):
                 if not self._fence_holds(outcome.lease, row, now):
                     fenced_writes("outcome", [outcome.lease], accepted=False, at=now, why="fence")
                     recorded.append(Recorded(asked, None, _loss_of(outcome.lease, row)))
+                    continue
+                if (
+                    outcome.status == JobStatus.CANCELLED
+                    and outcome.error is None
+                    and row.cancellation_requested_at is None
+                ):
+                    recorded.append(Recorded(asked, None, _unrequested(row)))
                     continue
                 _end(outcome, row, now)
                 each["status"][row.pk] = row.status
@@ -381,7 +387,15 @@ def _end(outcome: Outcome, row: Job, now: datetime) -> None:
         row.status = JobStatus.CANCELLED
     else:
         row.status = JobStatus.FAILED
-        row.error = outcome.error if outcome.status == JobStatus.FAILED else UNREQUESTED_CANCEL
+        row.error = outcome.error  # a stop without a request: Outcome.stopped's message
+
+
+def _unrequested(row: Job) -> InputInvalid:
+    """Return the refusal of a cancellation acknowledged where none was requested."""
+    return InputInvalid(
+        f"Job {row.pk} has no cancellation request to acknowledge; use fail() to end it, or "
+        f"request_cancel() first."
+    )
 
 
 def _claim_order(row: Job) -> tuple:

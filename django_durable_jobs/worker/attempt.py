@@ -20,8 +20,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
 from .. import registry, tracing
-from ..errors import InputInvalid, JobCancelled
-from ..store.outcomes import failure_details, refused_result, result_text, storable_message
+from ..errors import JobCancelled
 from ..values import Claimed, Lease, Outcome
 from ..vocabulary import AttemptOutcomeChoice
 from .connections import persist
@@ -161,13 +160,10 @@ def stopped_by_lost_lease(ctx: JobContext | None, outcome: Outcome | None) -> bo
 def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:
     """Return the outcome to record for an executor that ended as ``how`` says."""
     if how is ExecutorExit.RETURNED:
-        try:
-            return Outcome.completed(lease, result_text(value))
-        except InputInvalid as exc:  # the return value cannot be stored: the job failed
-            return Outcome.failed(lease, refused_result(exc))
+        return Outcome.of_result(lease, value)
     if how is ExecutorExit.STOPPED:
-        return Outcome.cancelled(lease)
-    return Outcome.failed(lease, storable_message(value), **failure_details(value))
+        return Outcome.stopped(lease)
+    return Outcome.of_error(lease, value)
 
 
 def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:

@@ -27,7 +27,6 @@ from django.db import DatabaseError
 from .. import metrics, registry
 from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
-from ..store.outcomes import failure_details, storable_message
 from ..terminal import printable
 from ..values import Claimed, Outcome
 from .attempt import context_of, registered_executor, run, stopped_by_lost_lease
@@ -352,7 +351,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
             outcome = run(entry.ctx, registered_executor(job.operation))
         except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
             logger.exception("job %s could not be run", lease.job_id)
-            outcome = Outcome.failed(lease, storable_message(exc), **failure_details(exc))
+            outcome = Outcome.of_error(lease, exc)
         outcome = self._timed_out(entry, outcome)
         duration = time.monotonic() - entry.started
         with self.holdings.lock:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..store.outcomes import storable_message
+from ..outcome import storable_message
 from ..terminal import printable
 from ..values import Outcome
 from ..vocabulary import AttemptOutcomeChoice

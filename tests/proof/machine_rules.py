@@ -396,7 +396,7 @@ class StoreMachine(RuleBasedStateMachine):
                 built.append(Outcome.failed(lease, message))
             else:
                 text = None
-                built.append(Outcome.cancelled(lease))
+                built.append(Outcome.stopped(lease))  # what a worker sends for JobCancelled
             planned.append((self.lease_of(lease), kind, text))
         recorded = self.clients[client].record_outcomes(built)
         expected = self.model.record_outcomes(client, planned)

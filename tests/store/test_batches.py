@@ -168,7 +168,7 @@ def test_a_flush_mixes_outcomes_and_applies_each_rule(store, clock):
                 Outcome.completed(claimed[done.pk], '{"ok":true}'),
                 Outcome.failed(claimed[failed.pk], "RuntimeError: no"),
                 Outcome.cancelled(claimed[cancelled.pk]),
-                Outcome.cancelled(claimed[unrequested.pk]),
+                Outcome.stopped(claimed[unrequested.pk]),
                 Outcome.failed(claimed[retry.pk], "flaky"),
             ]
         )
@@ -193,6 +193,30 @@ def test_a_flush_mixes_outcomes_and_applies_each_rule(store, clock):
         retry.pk: "failed",
     }
     assert all(row.completed_at == clock() for row in rows.values())
+
+
+def test_an_acknowledgement_nobody_requested_is_refused_alone(store):
+    # One rule on every path: a cancellation is recorded only where one was requested.
+    # Outcome.cancelled acknowledges a request (refused without one, as cancel() is);
+    # Outcome.stopped, what a worker sends when its executor raised JobCancelled, fails instead.
+    done, unrequested = backlog(store, 2)
+    claimed = {c.job_id: c.lease for c in store.claim_batch(limit=2, resume_expired=[])}
+    results = store.record_outcomes(
+        [
+            Outcome.completed(claimed[done.pk], "1"),
+            Outcome.cancelled(claimed[unrequested.pk]),
+        ]
+    )
+    assert [r.status for r in results] == ["complete", None]
+    assert isinstance(results[1].refusal, InputInvalid)
+    assert "no cancellation request" in results[1].refusal.message
+    row = Job.objects.get(pk=unrequested.pk)
+    assert (row.status, row.error, row.owner_id) == ("running", None, store.owner_id)
+    assert not JobAttempt.objects.filter(job_id=unrequested.pk).exists()
+    with pytest.raises(InputInvalid):
+        store.cancel(claimed[unrequested.pk])
+    [stopped] = store.record_outcomes([Outcome.stopped(claimed[unrequested.pk])])
+    assert stopped.status == "failed" and "without a request" in stopped.error
 
 
 def test_a_flush_is_a_handful_of_statements_however_many_rows(store):

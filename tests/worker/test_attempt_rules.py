@@ -34,7 +34,7 @@ def test_each_way_an_executor_ends_maps_to_one_outcome():
     assert outcome_of(LEASE, ExecutorExit.RETURNED, {"b": 1, "a": [1]}) == Outcome.completed(
         LEASE, '{"a":[1],"b":1}'
     )
-    assert outcome_of(LEASE, ExecutorExit.STOPPED, None) == Outcome.cancelled(LEASE)
+    assert outcome_of(LEASE, ExecutorExit.STOPPED, None) == Outcome.stopped(LEASE)
     assert outcome_of(LEASE, ExecutorExit.RAISED, ValueError("bad")) == Outcome.failed(
         LEASE, "ValueError: bad"
     )

@@ -19,7 +19,7 @@ fires at the second row of the statement, so it proves that no row of it is kept
 Each time every table (jobs, attempts, gates, schedules, domain rows) is exactly as before, and
 the same call made again afterwards succeeds and leaves the right final state.
 
-``test_atomicity.py`` already proves that a fault raised by the *caller's* code (a mutation, a
+``test_atomic.py`` already proves that a fault raised by the *caller's* code (a mutation, a
 ``retain_outcome``) rolls back; these faults come from the database, between the store's own
 statements.
 """

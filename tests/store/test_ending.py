@@ -1,4 +1,4 @@
-"""The store's batched paths on every database: claim_batch, record_outcomes, renew_leases, release.
+"""The ending room on every database: ``record_outcomes`` and ``release``, many rows a statement.
 
 Each batch writes many rows per statement and still fences every row in SQL: a row whose lease was
 taken over is refused alone (``LeaseLost``) and keeps the new owner's state and history, while the
@@ -20,8 +20,7 @@ from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.registry import operation, unregister
 from django_durable_jobs.retry import RetryPolicy
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import Claimed, Outcome
-from django_durable_jobs.vocabulary import proposal_sha256
+from django_durable_jobs.values import Outcome
 from tests.support import LEASE, assert_refused, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,72 +48,6 @@ def statements(queries) -> list[str]:
     """Return the SQL of ``queries`` without transaction control and lock-policy chatter."""
     skip = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
     return [q["sql"] for q in queries if not q["sql"].upper().startswith(skip)]
-
-
-# -- claim_batch -----------------------------------------------------------------------------------
-
-
-def test_a_batch_is_claimed_in_one_statement_with_its_rows_loaded(store, clock):
-    jobs = backlog(store, 6)
-    with CaptureQueriesContext(connection) as queries:
-        claimed = store.claim_batch(limit=4, resume_expired=[])
-    expected = 2 if connection.vendor == "mysql" else 1  # MariaDB: no UPDATE … RETURNING
-    extra = 1 if connection.vendor == "mysql" else 0  # … and its rarer-work check is a read
-    assert len(statements(queries.captured_queries)) == expected + extra
-    # The first four in claim order (within a batch of ties the order of ids may differ: MariaDB
-    # sorts its UUID type its own way).
-    assert {c.job_id for c in claimed} == {j.pk for j in jobs[:4]}
-    for claim in claimed:
-        assert isinstance(claim, Claimed)
-        stored = Job.objects.get(pk=claim.job_id)
-        assert (claim.lease.epoch, claim.lease.owner_id) == (1, store.owner_id)
-        for field in Job._meta.concrete_fields:
-            loaded, written = getattr(claim.job, field.attname), getattr(stored, field.attname)
-            assert loaded == written, field.attname
-        assert (stored.status, stored.attempts, stored.fencing_epoch) == ("running", 1, 1)
-        assert stored.lease_expires_at == clock() + LEASE_DELTA
-
-
-def test_claim_order_is_exact_when_a_retry_waits_among_pending_work(store, rival, clock):
-    backlog(store, 3, priority=0)
-    failed = store.defer(OP, submission({"retry": 1}, key="retry"), priority=50)
-    [lease] = store.claim_next(limit=1, resume_expired=[])
-    assert lease.job_id == failed.pk
-    store.fail(lease, "boom")
-    store.request_retry(failed.pk)
-    claimed = rival.claim_batch(limit=2, resume_expired=[])
-    assert [c.job_id for c in claimed][0] == failed.pk  # the higher priority retry comes first
-    assert claimed[0].job.attempts == 2 and claimed[0].job.status == "running"
-
-
-def test_a_pending_row_whose_hash_does_not_match_is_never_started_nor_in_the_way(store):
-    bad, *good = backlog(store, 4)
-    Job.objects.filter(pk=bad.pk).update(proposal_hash="0" * 64)
-    assert [c.job_id for c in store.claim_batch(limit=1, resume_expired=[])] == [good[0].pk]
-    rest = store.claim_batch(limit=5, resume_expired=[])
-    assert {c.job_id for c in rest} == {good[1].pk, good[2].pk}
-    assert store.claim_batch(limit=5, resume_expired=[]) == []
-    assert Job.objects.get(pk=bad.pk).status == "pending"
-
-
-def test_a_forged_hash_over_invalid_json_is_passed_over(store):
-    # Written outside the app (the flag the store sets after checking the JSON is not set): SQL
-    # and Python both refuse to trust it, and the claim takes the work behind the row.
-    bad, good = backlog(store, 2)
-    text = "{not json"
-    Job.objects.filter(pk=bad.pk).update(
-        proposal=text, proposal_hash=proposal_sha256(text), proposal_checked=None
-    )
-    claimed = store.claim_batch(limit=2, resume_expired=[])
-    assert [c.job_id for c in claimed] == [good.pk]
-    bad_row = Job.objects.get(pk=bad.pk)
-    assert (bad_row.status, bad_row.fencing_epoch, bad_row.owner_id) == ("pending", 0, None)
-
-
-def test_a_claim_with_max_running_counts_capacity(store):
-    backlog(store, 5)
-    assert len(store.claim_batch(limit=5, max_running=2, resume_expired=[])) == 2
-    assert store.claim_batch(limit=5, max_running=2, resume_expired=[]) == []
 
 
 # -- record_outcomes --------------------------------------------------------------------------------
@@ -247,28 +180,6 @@ def test_another_clients_lease_is_refused_in_a_flush(store, rival):
     [result] = rival.record_outcomes([Outcome.completed(claim.lease, "null")])
     assert isinstance(result.refusal, LeaseLost)
     assert Job.objects.get(pk=claim.job_id).status == "running"
-
-
-# -- renew_leases ------------------------------------------------------------------------------------
-
-
-def test_one_statement_renews_every_lease_and_reports_lost_ones(store, rival, clock):
-    backlog(store, 5)
-    claimed = store.claim_batch(limit=5, resume_expired=[])
-    gone = claimed[0]
-    Job.objects.filter(pk=gone.job_id).update(lease_expires_at=clock())  # expired just now
-    store.request_cancel(claimed[1].job_id)
-    clock.advance(3)
-    with CaptureQueriesContext(connection) as queries:
-        rows = store.renew_leases([c.lease for c in claimed])
-    assert len(statements(queries.captured_queries)) == 2  # one UPDATE, one read back
-    assert rows[0] is None  # an expired lease cannot revive itself
-    assert rows[1].cancellation_requested_at is not None
-    for claim, row in zip(claimed[1:], rows[1:], strict=True):
-        assert row.lease_expires_at == clock() + LEASE_DELTA
-        assert Job.objects.get(pk=claim.job_id).lease_expires_at == clock() + LEASE_DELTA
-    assert rival.renew_leases([claimed[2].lease]) == [None]
-    assert store.renew_leases([]) == []
 
 
 # -- release -------------------------------------------------------------------------------------------

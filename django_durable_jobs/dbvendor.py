@@ -302,3 +302,55 @@ def misconfiguration(vendor: str, exc: BaseException) -> str | None:
     if not isinstance(exc, OperationalError | InterfaceError):
         return f"the database refused a query ({type(exc).__name__})"
     return None
+
+
+# -- for the store's claims and fenced updates (rooms-core) ------------------------------------
+
+
+def quote(using: str, name: str) -> str:
+    """Return ``name`` quoted as a table or column name of ``using``'s database."""
+    return connections[using].ops.quote_name(name)
+
+
+def ids_condition(using: str, column: str, ids: list, prep) -> tuple[str, list]:
+    """Return the condition '``column`` is one of ``ids``' and its parameters.
+
+    On PostgreSQL the ids travel as one array literal: the driver escapes one string instead of
+    adapting every id. Elsewhere each id is a parameter, prepared by ``prep(id)``.
+    """
+    if connections[using].vendor == "postgresql":
+        return f"{column} = ANY(%s::uuid[])", ["{" + ",".join(map(str, ids)) + "}"]
+    values = [prep(value) for value in ids]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", values
+
+
+def no_ids(params: list) -> bool:
+    """Return True when the parameters of an ``ids_condition`` name no id at all."""
+    return not params or params == ["{}"]
+
+
+def row_lock_clause(using: str) -> str:
+    """Return the clause that locks a SELECT's rows for update (empty where none exists)."""
+    return " FOR UPDATE" if connections[using].features.has_select_for_update else ""
+
+
+def takes_json_rows(using: str) -> bool:
+    """Return True when per-row values are sent as one JSON document (PostgreSQL)."""
+    return connections[using].vendor == "postgresql"
+
+
+def json_rows(alias: str, shape: str) -> str:
+    """Return the FROM item reading one JSON parameter as rows of ``shape`` (PostgreSQL)."""
+    return f"jsonb_to_recordset(%s::jsonb) AS {alias}({shape})"
+
+
+def locked_in_id_order(name: str, table: str, pk: str, where: str) -> str:
+    """Return a WITH item ``name`` locking the rows ``where`` selects, in id order (PostgreSQL).
+
+    An UPDATE alone locks rows in the order its plan meets them; locking first, in id order,
+    is the order every other batched path locks in, so two of them never deadlock.
+    """
+    return (
+        f"WITH {name} AS MATERIALIZED (SELECT {pk} FROM {table} WHERE {where} "
+        f"ORDER BY {pk} FOR UPDATE)"
+    )

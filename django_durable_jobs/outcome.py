@@ -27,6 +27,7 @@ __all__ = [
     "Outcome",
     "error_class_path",
     "failure_details",
+    "failure_message",
     "refused_result",
     "result_text",
     "storable_message",
@@ -231,7 +232,7 @@ _LINE_ENDS = str.maketrans(
 )
 
 
-def _error_text(error: Any) -> str:
+def failure_message(error: Any) -> str:
     """Return the failure message of ``error`` for ``fail`` and ``finalize_atomically``.
 
     As in a batched flush (:func:`storable_message`), a character no database can store is

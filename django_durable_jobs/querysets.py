@@ -116,7 +116,7 @@ class JobQuerySet(models.QuerySet):
     def scope_turn(self, after: str) -> JobQuerySet:
         """Return this set's rows of the first scope after ``after``, wrapping around to the first.
 
-        Claims take their turns across scopes this way (see ``store/claims.py``): two index
+        Claims take their turns across scopes this way (see ``store/claiming.py``): two index
         seeks on the claim index, which leads with status and scope. Each seek asks for the
         claim index's whole order, not just the scope: by scope alone a planner may pick the
         page index, which leads with the scope but not the status, and walk every finished

@@ -5,30 +5,41 @@ changes the row only where id, owner, epoch, ``status = running`` and an unexpir
 SQL, and raises ``LeaseLost`` when nothing matched. Each attempt leaves its ``JobAttempt`` row in the
 transaction that ends it.
 
-The class is assembled from one module per concern (submissions, reads, claims, outcomes) over a
-shared base (schedule rows too: ``schedules.py``); all of them live in this package, so fencing is audited by reading this folder.
+Each method is a few lines calling one room of plain functions with the store's :class:`Client`:
+``claiming``, ``leases``, ``ending`` (the only code that ends an attempt), ``requests``,
+``atomic`` and ``capacity``, over the one fence (``fence.py``) and the hand-compiled
+statements of ``sql/``; the rest (submissions, reads, schedule rows, worker rows, the clock)
+live in this package too, so fencing is audited by reading ``fence.py``.
 """
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from .. import validation
 from ..execution import Execution, Identity, bind_write_fence
+from ..models import Job
+from ..outcome import failure_details, failure_message, result_text
 from ..values import (
     AttemptOutcome,
     CandidatePage,
+    Claimed,
     Finalization,
     Lease,
+    Outcome,
     PageQuery,
+    Recorded,
     RequestResult,
     Submission,
 )
-from .claims import ClaimMixin
+from ..vocabulary import JobStatus
+from . import atomic, claiming, ending, requests
+from . import leases as lease_room
 from .client import Client
 from .clock import ClockMixin
-from .fence import assert_write_fence
-from .outcomes import OutcomeMixin
+from .fence import assert_write_fence, completed_by
 from .reads import ReadMixin
 from .schedules import ScheduleMixin
 from .submissions import SubmissionMixin
@@ -47,14 +58,13 @@ __all__ = [
     "Submission",
     "assert_write_fence",
     "bind_write_fence",
+    "completed_by",
 ]
 
 
 class DurableJobStore(
     SubmissionMixin,
     ReadMixin,
-    ClaimMixin,
-    OutcomeMixin,
     WorkerRowMixin,
     ScheduleMixin,
     ClockMixin,
@@ -85,8 +95,6 @@ class DurableJobStore(
             clock=clock,
             lease=lease,
         )
-        self._claim_statements: dict[tuple, Any] = {}  # compiled claims, see batches.py
-        self._turn = ""  # the scope this client's last claim of pending work served (claims.py)
 
     scope = property(lambda self: self._client.scope, doc="The scope this client serves, or None.")
     actor = property(lambda self: self._client.actor, doc="Who acts, as recorded on claims.")
@@ -115,5 +123,224 @@ class DurableJobStore(
         return f"<DurableJobStore scope={self.scope!r} actor={self.actor!r} owner={self.owner_id}>"
 
     # -- claiming, leases, ending, requests, atomic domain writes (rooms-core) ------------------
+
+    def claim(
+        self, job_id: Any, *, max_running: int | None = None, execution: Execution | None = None
+    ) -> Lease:
+        """Claim an unclaimed pending job, or take over a running job whose lease expired."""
+        return claiming.claim(self._client, job_id, max_running=max_running, execution=execution)
+
+    def claim_next(
+        self,
+        *,
+        operations: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        limit: int = 1,
+        max_running: int | None = None,
+        resume_expired: Iterable[str] | None = None,
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable jobs, best first, skipping rows others are claiming.
+
+        Claimable: unclaimed pending work that is due; expired leases of the ``resume_expired``
+        operations (default: those registered with ``on_expired="resume"``); failed, cancelled or
+        expired jobs with a retry request. Order: priority desc, run_after, created_at.
+        """
+        claimed = self.claim_batch(
+            operations=operations,
+            queues=queues,
+            limit=limit,
+            max_running=max_running,
+            resume_expired=resume_expired,
+        )
+        return [claim.lease for claim in claimed]
+
+    def claim_batch(
+        self,
+        *,
+        operations: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        limit: int = 1,
+        max_running: int | None = None,
+        resume_expired: Iterable[str] | None = None,
+    ) -> list[Claimed]:
+        """Claim as ``claim_next`` does; return each lease with its job row already loaded.
+
+        When only pending work is claimable and no ``max_running`` limit applies, the batch is
+        taken in one statement; otherwise candidates are locked and taken one by one, in claim
+        order, with capacity counted as they are taken (``store/claiming.py``). Pending work is
+        claimed in turns across scopes, so no scope's backlog starves another's.
+        """
+        return claiming.claim_batch(
+            self._client,
+            operations=operations,
+            queues=queues,
+            limit=limit,
+            max_running=max_running,
+            resume_expired=resume_expired,
+        )
+
+    def heartbeat(self, lease: Lease) -> Job:
+        """Renew the lease and return the row (so the owner sees requests made meanwhile)."""
+        return lease_room.heartbeat(self._client, lease)
+
+    def renew_leases(self, leases: Sequence[Lease]) -> list[Job | None]:
+        """Renew every lease in one fenced statement; return each job's row, None where lost.
+
+        The rows let the owner see cancellation requests made meanwhile. A lease that expired
+        (or was taken over, or belongs to another client) cannot revive itself: None.
+        """
+        return lease_room.renew(self._client, leases)[0]
+
+    def checkpoint(self, lease: Lease, value_json: str) -> None:
+        """Record the owner's checkpoint (exact JSON text); it survives reclaim and retry."""
+        lease_room.checkpoint(self._client, lease, value_json)
+
+    def progress(self, lease: Lease, percent: float) -> None:
+        """Record progress, clamped to 0-100."""
+        lease_room.progress(self._client, lease, percent)
+
+    def complete(self, lease: Lease, result: Any = None) -> None:
+        """Record the outcome: running → complete, progress 100, ``result`` stored as JSON.
+
+        A result that cannot be stored is refused (``InputInvalid``) before anything is written.
+        """
+        text = result_text(result)
+        ending.end_one(self._client, Outcome.completed(lease, text), write=JobStatus.COMPLETE)
+
+    def fail(self, lease: Lease, error: Any) -> None:
+        """Record a failure: running → failed with ``error`` as the message.
+
+        When ``error`` is an exception, its attempt's history row also keeps its class path and
+        its traceback (bounded: :func:`~django_durable_jobs.outcome.traceback_text`). A blank
+        message is refused (``InputInvalid``) before anything is written. The operation's retry
+        policy may schedule another attempt.
+        """
+        outcome = Outcome.failed(lease, failure_message(error), **failure_details(error))
+        ending.end_one(self._client, outcome, write=JobStatus.FAILED)
+
+    def cancel(self, lease: Lease) -> None:
+        """Acknowledge a recorded cancellation request: running → cancelled.
+
+        Without a recorded request it is refused (``InputInvalid``), as in ``record_outcomes``.
+        """
+        ending.end_one(self._client, Outcome.cancelled(lease), write=JobStatus.CANCELLED)
+
+    def record_outcomes(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
+        """End many attempts in one transaction; return, per outcome, what was written.
+
+        Each row is locked and must still be the outcome's lease (owner, epoch, running,
+        unexpired): the UPDATE repeats that fence in SQL. A row that fails it gets ``LeaseLost``
+        and is left to its new owner; the others commit, each with its ``JobAttempt`` row.
+        ``complete`` stores the result and progress 100; ``failed`` schedules an automatic retry
+        when the operation's policy allows; ``cancelled`` without a recorded request is refused
+        for that outcome alone (``InputInvalid``, nothing written for it), as ``cancel()`` is;
+        ``Outcome.stopped`` without one is a failure saying so.
+
+        An outcome that cannot be stored as given (a result that is not storable JSON text, a
+        failure message with a lone surrogate, a traceback too long) ends its own attempt as
+        ``failed``, with a message saying why, and costs no other outcome of the call. Only a
+        value that is not an outcome at all refuses the whole call (``InputInvalid``).
+        """
+        return ending.record(self._client, outcomes)
+
+    def release(self, leases: Sequence[Lease]) -> int:
+        """Hand back claims whose executor never started; return how many were released.
+
+        No code of such an attempt ran, so it is not counted in ``attempts`` and any worker may
+        take the job again at once, whatever its ``on_expired``: a job claimed from the pending
+        backlog is pending again (at the claim's epoch, which never goes back); a retry or a
+        resumed lease ends its lease now with a retry request. Either way the history records a
+        ``released`` attempt. Leases no longer held are skipped; a lease listed twice is
+        released once.
+        """
+        return ending.release(self._client, leases)
+
+    def request_cancel(self, job_id: Any, *, execution: Execution | None = None) -> bool:
+        """Ask for cancellation; return False when the job ended or does not exist.
+
+        :meth:`request_cancel_result` says what happened in more words.
+        """
+        return self.request_cancel_result(job_id, execution=execution).accepted
+
+    def request_cancel_result(
+        self, job_id: Any, *, execution: Execution | None = None
+    ) -> RequestResult:
+        """Ask for cancellation and return what it did, with the job as it left it.
+
+        A pending job is cancelled at once; a running one gets a request its owner carries out
+        (the first request wins, the status stays running); a job that ended keeps its result.
+        """
+        return requests.request_cancel(self._client, job_id, execution=execution)
+
+    def request_retry(self, job_id: Any) -> bool:
+        """Ask for a new attempt of a failed, cancelled or expired job; False when not ended.
+
+        :meth:`request_retry_result` says what happened in more words.
+        """
+        return self.request_retry_result(job_id).accepted
+
+    def request_retry_result(self, job_id: Any) -> RequestResult:
+        """Record that a person wants a new attempt; return what it did, with the job after it.
+
+        A job that has not ended needs no retry (``not-ended``); a complete, legacy or defective
+        one is refused (``NotReclaimable``). The request is due at once: a person does not wait
+        out a retry policy's backoff.
+        """
+        return requests.request_retry(self._client, job_id)
+
+    def retry_atomically(
+        self,
+        job_id: Any,
+        execution: Execution,
+        retain_outcome: Callable[[str], str] | None = None,
+        *,
+        max_running: int | None = None,
+    ) -> Lease:
+        """Start a new attempt of a failed, cancelled or expired job, with the caller's bookkeeping.
+
+        ``retain_outcome(previous_row_json) -> receipt_json`` runs inside the same transaction; any
+        fault rolls back both. Clears result, error, completion time and requests; keeps the
+        checkpoint. A complete job is never reopened.
+        """
+        return atomic.retry_atomically(
+            self._client, job_id, execution, retain_outcome, max_running=max_running
+        )
+
+    def complete_atomically(
+        self, execution: Execution, mutation: Callable[[Execution], str]
+    ) -> str:
+        """Run the domain write and complete the job in one fenced transaction; return the receipt.
+
+        Any fault rolls everything back and the job stays running at the same epoch.
+        """
+        return atomic.complete_atomically(self._client, execution, mutation)
+
+    def finalize_atomically(
+        self,
+        execution: Execution,
+        outcome: AttemptOutcome,
+        bookkeeping: Callable[[Execution], str | None],
+    ) -> Finalization:
+        """Record a failed or cancelled outcome with metadata-only bookkeeping; never raise.
+
+        Returns ``state="finalized"``, or ``state="pending-finalization"`` with the reason when
+        anything refused or failed; then nothing was written and the row stays running.
+        """
+        return atomic.finalize_atomically(self._client, execution, outcome, bookkeeping)
+
+    def purge_older_than(self, cutoff: datetime) -> int:
+        """Return 0, and warn: evidence is never deleted by age (deprecated; do not call it).
+
+        Job rows and their attempts are kept whatever their age; a bad ``cutoff`` is still
+        refused (``InputInvalid``).
+        """
+        warnings.warn(
+            "purge_older_than() is deprecated and does nothing: evidence is never deleted by "
+            "age (job rows and their attempts are kept).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        validation.aware(cutoff, "cutoff")
+        return 0
 
     # -- submitting, reads, schedules, worker rows, clock (rooms-edge) ---------------------------

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from .. import metrics
 from ..errors import InputInvalid, JobCancelled, JobError, LeaseLost
 from ..execution import Execution, Identity, bind_write_fence
+from ..store import completed_by
 from ..validation import JsonTooDeep, loads_strict
 from ..values import canonical_json
-from ..vocabulary import JobStatus
 from .connections import persist
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class JobContext:
                 # meanwhile the heartbeat found the row complete, so no longer running, and
                 # cancelled the execution as lost (found by the chaos run, tests/chaos).
                 stored = None if first else self.store.get(self.job_id)
-                if stored is not None and _completed_by(stored, self.lease):
+                if stored is not None and completed_by(stored, self.lease):
                     return stored.result
                 raise
             finally:
@@ -139,11 +139,3 @@ def _stored_json(text: str | None, what: str, job_id: Any) -> Any:
             f"Job {job_id}'s stored {what} is not JSON this app accepts ({why}); it was changed "
             f"outside the app. Submit a new job with valid input."
         ) from None
-
-
-def _completed_by(job: Job, lease: Lease) -> bool:
-    return (job.status, job.owner_id, job.fencing_epoch) == (
-        JobStatus.COMPLETE,
-        lease.owner_id,
-        lease.epoch,
-    )

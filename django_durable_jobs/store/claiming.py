@@ -1,0 +1,353 @@
+"""Claiming work: by id, or the next claimable jobs in claim order.
+
+Two paths take pending work, side by side here:
+
+* the one-statement path (:func:`claim_pending_fast`): when only pending work is claimable and
+  no ``max_running`` limit applies, up to ``limit`` jobs are taken in one statement
+  (``UPDATE … RETURNING`` on PostgreSQL and SQLite; one locking SELECT and one UPDATE on
+  MariaDB) compiled once per client (``sql/claim.py``);
+* the exact row-by-row path (:func:`claim_from`): candidates are locked and taken one by one, in
+  claim order, with capacity counted as they are taken.
+
+Each claim of pending work takes the best jobs (priority, then ``run_after``, then age) of one
+scope: the first scope, in name order, after the one this client's previous claim served,
+wrapping around. So with ``S`` scopes that have work due, every one of them is served at least
+once in any ``S`` consecutive claims of a client, however much the others queue and at
+whatever priority. Retries and resumed leases are rare and are taken in priority order ahead
+of pending work. Taking one row (:func:`take`) is a compare-and-set on the epoch it was read at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import F
+
+from .. import quotas, registry, validation
+from ..dbvendor import lock_for_update
+from ..errors import NotReclaimable
+from ..execution import Execution
+from ..models import Job
+from ..transactions import bounded_atomic
+from ..values import Claimed, Lease
+from ..vocabulary import (
+    JobStatus,
+    assess_ownership,
+    claim_refusal,
+    is_authentic_pending,
+    is_takeable,
+    proposal_defect,
+)
+from . import capacity, ending, fence
+from . import client as client_room
+from .client import Client
+from .sql.claim import ClaimStatement
+from .submissions import listed
+
+CLAIM_BATCH_MAX = 1000
+# The keys of what a client remembers between claims (``Client.memo``).
+STATEMENTS = "claim statements"  # compiled claims, by filter set and limit
+TURN = "claim turn"  # the scope this client's last claim of pending work served
+
+
+class Disagreement(Exception):
+    """SQL took a row whose proposal Python finds defective: undo the statement, go row by row."""
+
+
+def claim(
+    client: Client, job_id: Any, *, max_running: int | None, execution: Execution | None
+) -> Lease:
+    """Claim an unclaimed pending job, or take over a running job whose lease expired."""
+    capacity.checked_max_running(max_running)
+    with bounded_atomic(client.using, execution):
+        now = client_room.now(client)
+        row = client_room.locked_row(client, job_id)
+        if row is None:
+            raise NotReclaimable(f"There is no job {job_id} in this store's scope.")
+        refusal = claim_refusal(row, assess_ownership(row, now))
+        if refusal is not None:
+            raise NotReclaimable(refusal)
+        capacity.require_operation_room(
+            client, row.operation, capacity.operation_cap(row.operation, max_running), row.pk
+        )
+        capacity.require_scope_room(client, row.scope, row.pk)
+        return take(client, row, now, new_attempt=False)
+
+
+def claim_batch(
+    client: Client,
+    *,
+    operations: Iterable[str] | None,
+    queues: Iterable[str] | None,
+    limit: int,
+    max_running: int | None,
+    resume_expired: Iterable[str] | None,
+) -> list[Claimed]:
+    """Claim up to ``limit`` claimable jobs, best first; return each lease with its job row."""
+    validation.whole(limit, "limit", 1, CLAIM_BATCH_MAX)
+    capacity.checked_max_running(max_running)
+    ops = _names(operations, validation.operation)
+    queue_names = _names(queues, lambda q: validation.name(q, "queue"))
+    if resume_expired is None:
+        resume = registry.resumable_operations()
+    else:
+        resume = frozenset(_names(resume_expired, validation.operation))
+    if ops == [] or queue_names == []:
+        return []  # no operation or no queue to claim from: nothing (SQL has no empty IN)
+
+    def candidates(now: datetime):
+        base = fence.epoch_can_advance(client_room.jobs(client)).filter(
+            attempts__lt=validation.ATTEMPTS_MAX
+        )
+        if ops is not None:
+            base = base.filter(operation__in=ops)
+        if queue_names is not None:
+            base = base.filter(queue__in=queue_names)
+        return base
+
+    def pending_and_rare(now: datetime):
+        base = candidates(now)
+        return base, base.retry_or_resume(now, resume)
+
+    turn = None if client.scope is not None else client.memo.get(TURN, "")
+    if not claims_capacity(ops, max_running):
+        key = (
+            None if ops is None else tuple(ops),
+            None if queue_names is None else tuple(queue_names),
+            tuple(sorted(resume)),
+            limit,
+            turn is not None,
+        )
+        try:
+            with bounded_atomic(client.using):
+                now = client_room.now(client)
+                claimed = claim_pending_fast(client, pending_and_rare, key, now, limit, turn)
+            if claimed:
+                if turn is not None:
+                    client.memo[TURN] = claimed[0].job.scope
+                return claimed
+            base, rare = pending_and_rare(now)
+            if not (base.pending_due(now).exists() or rare.exists()):
+                return []  # nothing at all: no need for the exact path
+        except Disagreement:
+            pass  # rolled back untouched; the exact path below checks rows one by one
+    with bounded_atomic(client.using):
+        now = client_room.now(client)
+        base = candidates(now)
+        sets = [base.retry_requested(now)]
+        sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
+        if resume:
+            sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
+        return claim_from(client, base.pending_due(now), sets, now, limit, max_running, turn)
+
+
+def claims_capacity(ops: list[str] | None, max_running: int | None) -> bool:
+    """Return True when a ``max_running`` limit applies to any operation or scope claimed."""
+    if max_running is not None or quotas.running_limits_configured():
+        return True
+    specs = (
+        registry.all_operations().values() if ops is None else filter(None, map(registry.get, ops))
+    )
+    return any(spec.max_running is not None for spec in specs)
+
+
+# -- the one-statement path -----------------------------------------------------------------------
+
+
+def claim_pending_fast(
+    client: Client, build, key: tuple, now: datetime, limit: int, turn: str | None
+) -> list[Claimed]:
+    """Take up to ``limit`` intact pending jobs in claim order, unless rarer work waits.
+
+    With a ``turn`` (a scope name, or ``""``), the jobs are those of the first scope after
+    it that has pending work due, wrapping around; with None, of every scope.
+
+    ``build(now)`` returns the candidate rows and the rarer claimable rows (retries,
+    resumable expired leases). Returns ``[]`` when nothing was taken: nothing pending, or
+    rarer work is claimable, which the caller's exact path orders with the rest. The
+    statement is compiled once per filter set and limit (compiling it cost more than
+    running it) and only the clock's value changes between calls.
+    """
+    statements = client.memo.setdefault(STATEMENTS, {})
+    statement = statements.get(key)
+    if statement is None:
+        statement = ClaimStatement.compile(client.using, build, limit, fair=turn is not None)
+        statements[key] = statement
+    expires = now + timedelta(seconds=client.lease_seconds)
+    changes = {
+        "status": JobStatus.RUNNING,
+        "owner_id": client.owner_id,
+        "lease_expires_at": expires,
+        "heartbeat_at": now,
+        "claimed_at": now,
+        "claimed_by": client.actor or "",
+    }
+    if statement.returning:
+        rows = statement.take(client.using, now, turn, changes)
+    else:
+        _, rare = build(now)
+        if rare.exists():  # a plain read, so the locking SELECT locks pending rows only
+            return []
+        chosen = statement.select(client.using, now, turn)
+        rows = [row for row in chosen if is_authentic_pending(row)]
+        if rows:
+            counters = {"fencing_epoch": F("fencing_epoch") + 1, "attempts": 1}
+            matched = (
+                Job.objects.using(client.using)
+                .filter(pk__in=[row.pk for row in rows], status=JobStatus.PENDING)
+                .update(**changes, **counters)
+            )
+            if matched != len(rows):  # the rows are locked: this cannot happen
+                raise fence.changed_under_lock("claiming")
+            for row in rows:
+                for name, value in changes.items():
+                    setattr(row, name, value)
+                row.fencing_epoch += 1
+                row.attempts = 1
+    if any(proposal_defect(row) for row in rows):
+        raise Disagreement
+    rows.sort(key=claim_order)
+    return [
+        Claimed(Lease(row.pk, client.owner_id, row.fencing_epoch, expires), row) for row in rows
+    ]
+
+
+# -- the exact row-by-row path --------------------------------------------------------------------
+
+
+def claim_from(
+    client: Client,
+    pending,
+    sets: list,
+    now: datetime,
+    limit: int,
+    max_running: int | None,
+    turn: str | None,
+) -> list[Claimed]:
+    """Claim up to ``limit`` rows from ``pending`` (one scope's turn) and the rarer ``sets``.
+
+    Rows that cannot be taken (a defective proposal, an operation or a scope at capacity)
+    are passed over and the window widens, so they never starve the work behind them; a
+    scope at capacity passes its turn to the next.
+    """
+    claimed: list[Claimed] = []
+    seen: set = set()
+    full: set[str] = set()
+    full_scopes: set[str] = set()
+    slots: dict[str, int | None] = {}
+    scope_slots: dict[str, int | None] = {}
+    scope_limits = quotas.running_limits_configured()
+    window = limit
+    while True:
+        found: dict[Any, Job] = {}
+        # What cannot be taken is left out before the turn is chosen, so the turn passes on.
+        turn_rows = (
+            pending.exclude(pk__in=seen).exclude(operation__in=full).exclude(scope__in=full_scopes)
+        )
+        if turn is not None:
+            turn_rows = turn_rows.scope_turn(turn)
+        for rows in [turn_rows, *sets]:
+            rows = rows.exclude(pk__in=seen).exclude(operation__in=full).in_claim_order()
+            for row in lock_for_update(rows, skip_locked=True)[:window]:
+                found[row.pk] = row
+        exhausted = len(found) < window
+        seen.update(found)
+        for row in sorted(found.values(), key=claim_order):
+            if len(claimed) == limit:
+                return claimed
+            if row.operation in full or not is_takeable(row):
+                continue
+            if row.operation not in slots:
+                cap = capacity.operation_cap(row.operation, max_running)
+                slots[row.operation] = (
+                    None
+                    if cap is None
+                    else capacity.operation_free_slots(client, row.operation, cap)
+                )
+            free = slots[row.operation]
+            adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
+            if free is not None and free - adds_running < 0:
+                full.add(row.operation)
+                continue
+            if scope_limits and row.scope not in scope_slots:
+                cap = capacity.scope_cap(row.scope)
+                scope_slots[row.scope] = (
+                    None if cap is None else capacity.scope_free_slots(client, row.scope, cap)
+                )
+            scope_free = scope_slots.get(row.scope)
+            if scope_free is not None and scope_free - adds_running < 0:
+                full_scopes.add(row.scope)
+                continue
+            if free is not None:
+                slots[row.operation] = free - adds_running
+            if scope_free is not None:
+                scope_slots[row.scope] = scope_free - adds_running
+            if turn is not None and row.status == JobStatus.PENDING:
+                client.memo[TURN] = row.scope
+            retrying = row.retry_requested_at is not None
+            claimed.append(Claimed(take(client, row, now, new_attempt=retrying), row))
+        if len(claimed) == limit or window >= CLAIM_BATCH_MAX or not found:
+            return claimed
+        if exhausted:
+            if claimed:
+                return claimed
+            continue  # every row of this turn was passed over: the next scope's turn
+        window = min(window * 4, CLAIM_BATCH_MAX)
+
+
+# -- taking one row -------------------------------------------------------------------------------
+
+
+def take(client: Client, row: Job, now: datetime, *, new_attempt: bool) -> Lease:
+    """Make ``client`` the owner of the locked ``row`` at the next epoch; return its lease.
+
+    A running row's attempt is superseded first (``ending.supersede``). The write is a
+    compare-and-set on the epoch and status the row was read at (``fence.unchanged``).
+    """
+    epoch = validation.bump(row.fencing_epoch, validation.BIGINT_MAX, "fencing epoch")
+    attempts = validation.bump(row.attempts, validation.ATTEMPTS_MAX, "attempts")
+    ending.supersede(client, row, now)
+    expires = now + timedelta(seconds=client.lease_seconds)
+    changes: dict[str, Any] = {
+        "status": JobStatus.RUNNING,
+        "owner_id": client.owner_id,
+        "fencing_epoch": epoch,
+        "attempts": attempts,
+        "lease_expires_at": expires,
+        "heartbeat_at": now,
+        "claimed_at": now,
+        "claimed_by": client.actor or "",
+    }
+    if new_attempt:
+        changes.update(
+            result=None,
+            error=None,
+            completed_at=None,
+            cancellation_requested_at=None,
+            retry_requested_at=None,
+            progress=0.0,
+        )
+    if fence.unchanged(client, row).update(**changes) != 1:
+        raise NotReclaimable(f"Job {row.pk} changed while it was being claimed; try again.")
+    for name, value in changes.items():
+        setattr(row, name, value)
+    return Lease(job_id=row.pk, owner_id=client.owner_id, epoch=epoch, expires_at=expires)
+
+
+def claim_order(row: Job) -> tuple:
+    """Return the sort key of the claim order, without the id: ties keep the database's order.
+
+    A stable sort over rows read in claim order leaves ties as the database ordered them by id
+    (MariaDB's UUID type does not sort like the id's text, so Python must not break them).
+    """
+    return (-row.priority, row.run_after, row.created_at)
+
+
+def _names(values: Iterable[str] | None, check: Callable[[Any], str]) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    return [check(v) for v in listed(values, "operations, queues and resume_expired")]

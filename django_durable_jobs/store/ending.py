@@ -1,0 +1,387 @@
+"""Ending an attempt: the only code that does, for every way an attempt ends.
+
+* :func:`record` ends many attempts in one transaction (the worker's and ``JobManager``'s path);
+  ``complete``, ``fail`` and ``cancel`` are one-item calls of it (:func:`end_one`);
+* :func:`end_rows` writes the ending of rows already locked and fenced (``record`` and the atomic
+  domain writes), each with its ``JobAttempt`` history row, and schedules a failure's automatic
+  retry, once, here;
+* :func:`supersede` records the interrupted attempt a takeover replaces;
+* :func:`release` hands back claims whose executor never started.
+
+Whether a row may still be ended is the fence's to say (``store/fence.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from .. import registry, validation
+from ..errors import InputInvalid
+from ..history import fenced_writes
+from ..models import Job, JobAttempt
+from ..outcome import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS, refused_result, storable_message
+from ..transactions import bounded_atomic
+from ..values import Lease, Outcome, Recorded
+from ..vocabulary import AttemptOutcomeChoice, JobStatus
+from . import client as client_room
+from . import fence
+from .client import Client
+from .sql.rows import DECREMENT, JobRows, insert_attempts
+from .submissions import listed
+
+INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
+RELEASED = AttemptOutcomeChoice.RELEASED
+RELEASED_ERROR = "Released unstarted by a stopping worker; no code of this attempt ran."
+NO_MESSAGE = "The attempt failed without a message saying why."
+
+# What a pending row looks like before any claim (the epoch stays where the claim put it). A
+# retry request goes too: pending work needs none, and a claim of pending work that kept one
+# would leave it on the running job, making it claimable again by itself once its lease expired.
+_UNCLAIMED = {
+    "status": JobStatus.PENDING,
+    "owner_id": None,
+    "lease_expires_at": None,
+    "heartbeat_at": None,
+    "claimed_at": None,
+    "claimed_by": "",
+    "attempts": 0,
+    "retry_requested_at": None,
+}
+
+
+# -- the attempt's history row --------------------------------------------------------------------
+
+
+def attempt_of(
+    job: Job,
+    now: datetime,
+    outcome: str,
+    error: str | None,
+    *,
+    error_class: str = "",
+    traceback: str | None = None,
+) -> JobAttempt:
+    """Return the (unsaved) history row of ``job``'s attempt, ended now with ``outcome``.
+
+    A failure an exception caused also keeps the exception's class path and traceback.
+    """
+    return JobAttempt(
+        job_id=job.pk,
+        epoch=job.fencing_epoch,
+        owner_id=job.owner_id,
+        claimed_by=job.claimed_by or "",
+        started_at=job.claimed_at,
+        ended_at=now,
+        outcome=outcome,
+        error=error,
+        error_class=error_class,
+        traceback=traceback,
+        snapshot=snapshot(job),
+    )
+
+
+_ENCODER = DjangoJSONEncoder()
+_PLAIN = (str, int, float)
+
+
+def snapshot(job: Job) -> dict[str, Any]:
+    """Return a JSON-safe image of every column of ``job`` (times and ids as Django encodes them)."""
+    row = {}
+    for field in Job._meta.concrete_fields:
+        value = getattr(job, field.attname)
+        if value is not None and not isinstance(value, _PLAIN):
+            value = _ENCODER.default(value)
+        row[field.attname] = value
+    return row
+
+
+def supersede(client: Client, row: Job, now: datetime) -> None:
+    """Record the attempt a takeover of the locked ``row`` replaces, unless it has its row.
+
+    An expired attempt's outcome is uncertain: ``interrupted``. (A released attempt already has
+    its history row.)
+    """
+    if row.status != JobStatus.RUNNING:
+        return
+    recorded = JobAttempt.objects.using(client.using).filter(job_id=row.pk, epoch=row.fencing_epoch)
+    if not recorded.exists():
+        attempt = attempt_of(row, now, AttemptOutcomeChoice.INTERRUPTED, INTERRUPTED_ERROR)
+        attempt.save(using=client.using, force_insert=True)
+
+
+# -- ending attempts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One attempt to end: its lease, its locked row (already showing the ending), and what the
+    history row keeps besides. ``fields`` are the columns the ending sets besides ``status``."""
+
+    lease: Lease
+    row: Job
+    fields: tuple[str, ...] = ()
+    error_class: str = ""
+    traceback: str | None = None
+
+
+def end_rows(
+    client: Client, endings: Sequence[Ending], now: datetime, *, retry: bool = True
+) -> None:
+    """Write the endings of rows locked and fenced in this transaction, with their history rows.
+
+    Each row changes in one statement under the same fence in SQL. A failed attempt gets an
+    automatic retry when its operation's policy allows (unless ``retry`` is False: a
+    finalization's bookkeeping decided the job's fate).
+    """
+    if not endings:
+        return
+    each: dict[str, dict[Any, Any]] = {}
+    for ending in endings:
+        ending.row.completed_at = now
+        for name in ("status", *ending.fields):
+            each.setdefault(name, {})[ending.row.pk] = getattr(ending.row, name)
+    matched = JobRows(client.using, client.scope).update_fenced(
+        [ending.lease for ending in endings],
+        {"completed_at": now},
+        owner_id=client.owner_id,
+        unexpired_at=now,
+        each=each,
+    )
+    if matched != len(endings):  # the rows are locked and checked: this cannot happen
+        raise fence.changed_under_lock("ending attempts")
+    history = [
+        attempt_of(
+            ending.row,
+            now,
+            ending.row.status,
+            ending.row.error,
+            error_class=ending.error_class,
+            traceback=ending.traceback,
+        )
+        for ending in endings
+    ]
+    insert_attempts(client.using, history)
+    if retry:
+        for ending in endings:
+            if ending.row.status == JobStatus.FAILED:
+                schedule_retry(client, ending.row, now)
+
+
+def schedule_retry(client: Client, row: Job, now: datetime) -> None:
+    """Ask for another attempt after the backoff when the operation's retry policy allows."""
+    spec = registry.get(row.operation)
+    policy = spec.retry if spec else None
+    if policy is None or not policy.allows_another(row.attempts):
+        return
+    due = now + timedelta(seconds=policy.delay(row.attempts))
+    Job.objects.using(client.using).filter(pk=row.pk).update(retry_requested_at=now, run_after=due)
+
+
+def record(
+    client: Client, outcomes: Sequence[Outcome], *, write: str = "outcome"
+) -> list[Recorded]:
+    """End many attempts in one transaction; return, per outcome, what was written.
+
+    An outcome that cannot be stored as given ends its own attempt as ``failed``, saying why
+    (:func:`storable`); only a value that is not an outcome refuses the whole call.
+    """
+    given = listed(outcomes, "outcomes")
+    for outcome in given:
+        check_kind(outcome)
+        fence.lease_of(outcome.lease)
+    return _record(client, given, [storable(outcome) for outcome in given], write)
+
+
+def end_one(client: Client, outcome: Outcome, *, write: str) -> None:
+    """End one attempt as :func:`record` does, raising what refused it.
+
+    The outcome is stored as given: the single calls refuse what cannot be stored before they
+    build it. ``write`` names the write in the history of fenced writes.
+    """
+    fence.check_lease(client, outcome.lease)
+    (recorded,) = _record(client, [outcome], [outcome], write)
+    if recorded.refusal is not None:
+        raise recorded.refusal
+
+
+def _record(
+    client: Client, given: list[Outcome], outcomes: list[Outcome], write: str
+) -> list[Recorded]:
+    if not outcomes:
+        return []
+    recorded: list[Recorded] = []
+    with bounded_atomic(client.using):
+        now = client_room.now(client)
+        rows = JobRows(client.using, client.scope).get(
+            (o.lease.job_id for o in outcomes), lock=True
+        )
+        endings: list[Ending] = []
+        for asked, outcome in zip(given, outcomes, strict=True):
+            row = rows.get(outcome.lease.job_id)
+            if not fence.holds(client, outcome.lease, row, now):
+                fenced_writes(write, [outcome.lease], accepted=False, at=now, why="fence")
+                recorded.append(Recorded(asked, None, fence.loss_of(client, outcome.lease, row)))
+                continue
+            if (
+                outcome.status == JobStatus.CANCELLED
+                and outcome.error is None
+                and row.cancellation_requested_at is None
+            ):
+                recorded.append(Recorded(asked, None, unrequested(row)))
+                continue
+            endings.append(_ending(outcome, row))
+            recorded.append(Recorded(asked, row.status, error=row.error))
+        end_rows(client, endings, now)
+    fenced_writes(write, (ending.lease for ending in endings), accepted=True, at=now)
+    return recorded
+
+
+def _ending(outcome: Outcome, row: Job) -> Ending:
+    """Set on ``row`` the values that end its attempt with ``outcome``; return the ending."""
+    if outcome.status == JobStatus.COMPLETE:
+        row.status, row.result, row.progress = JobStatus.COMPLETE, outcome.result_json, 100.0
+        fields: tuple[str, ...] = ("result", "progress")
+    elif outcome.status == JobStatus.CANCELLED and row.cancellation_requested_at is not None:
+        row.status, fields = JobStatus.CANCELLED, ()
+    else:
+        row.status = JobStatus.FAILED
+        row.error = outcome.error  # a stop without a request: Outcome.stopped's message
+        fields = ("error",)
+    return Ending(outcome.lease, row, fields, outcome.error_class, outcome.traceback)
+
+
+def unrequested(row: Job) -> InputInvalid:
+    """Return the refusal of a cancellation acknowledged where none was requested."""
+    return InputInvalid(
+        f"Job {row.pk} has no cancellation request to acknowledge; use fail() to end it, or "
+        f"request_cancel() first."
+    )
+
+
+# -- what an outcome may carry --------------------------------------------------------------------
+
+
+def check_kind(outcome: Any) -> None:
+    """Refuse anything but an outcome built by one of ``Outcome``'s constructors."""
+    if not isinstance(outcome, Outcome) or outcome.status not in (
+        JobStatus.COMPLETE,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+    ):
+        raise InputInvalid(
+            "record_outcomes() takes Outcome.completed(...), Outcome.failed(...) or "
+            "Outcome.cancelled(...) values."
+        )
+
+
+def storable(outcome: Outcome) -> Outcome:
+    """Return ``outcome``, or, when it cannot be stored as given, the failure that says why.
+
+    The failure keeps what can be kept: an exception's class path and traceback when they are
+    storable, the message made storable (``storable_message``).
+    """
+    if outcome.status == JobStatus.COMPLETE:
+        try:
+            validation.json_text(outcome.result_json, "result")
+        except InputInvalid as exc:
+            return Outcome.failed(outcome.lease, refused_result(exc))
+        return outcome
+    if outcome.status != JobStatus.FAILED:
+        return outcome
+    error = outcome.error
+    if not isinstance(error, str) or not error.strip():
+        error = NO_MESSAGE
+    elif not _storable_text(error):
+        error = storable_message(error)  # lone surrogates and NUL replaced, cut to length
+    try:
+        _check_failure_details(outcome)
+    except InputInvalid:
+        return Outcome.failed(outcome.lease, error)
+    if error == outcome.error:
+        return outcome
+    return Outcome.failed(
+        outcome.lease, error, error_class=outcome.error_class, traceback=outcome.traceback
+    )
+
+
+def _storable_text(text: str) -> bool:
+    """Return True when every database stores ``text`` as given, within the payload cap."""
+    if "\x00" in text:  # PostgreSQL's text columns hold no NUL
+        return False
+    try:
+        validation.check_size(validation.encodable(text, "error message"), "error message")
+    except InputInvalid:
+        return False
+    return True
+
+
+def _check_failure_details(outcome: Outcome) -> None:
+    """Refuse an exception's class path or traceback that its history row could not hold."""
+    if not isinstance(outcome.error_class, str) or len(outcome.error_class) > ERROR_CLASS_MAX:
+        raise InputInvalid(
+            f"A failure's error class is a class path of at most {ERROR_CLASS_MAX} characters."
+        )
+    text = outcome.traceback
+    if text is None:
+        return
+    if not isinstance(text, str) or "\x00" in text:
+        raise InputInvalid("A failure's traceback is text without NUL characters, or None.")
+    validation.encodable(text, "traceback")
+    if len(text) > TRACEBACK_MAX_CHARS:
+        raise InputInvalid(
+            f"A failure's traceback is {len(text)} characters, over {TRACEBACK_MAX_CHARS}; "
+            f"keep its head and tail (traceback_text(exc) does)."
+        )
+
+
+# -- releasing ------------------------------------------------------------------------------------
+
+
+def release(client: Client, leases: Sequence[Lease]) -> int:
+    """Hand back claims whose executor never started; return how many were released."""
+    leases = list(dict.fromkeys(fence.lease_of(lease) for lease in listed(leases, "leases")))
+    if not leases:
+        return 0
+    with bounded_atomic(client.using):
+        now = client_room.now(client)
+        rows = JobRows(client.using, client.scope).get(
+            (lease.job_id for lease in leases), lock=True
+        )
+        held = [
+            (lease, rows[lease.job_id])
+            for lease in leases
+            if fence.releasable(client, lease, rows.get(lease.job_id))
+        ]
+        kept = {lease for lease, _ in held}
+        gone = (lease for lease in leases if lease not in kept)
+        fenced_writes("release", gone, accepted=False, at=now, why="fence")
+        history = [attempt_of(row, now, RELEASED, RELEASED_ERROR) for _, row in held]
+        first = [lease for lease, row in held if row.attempts == 1]  # claimed from pending
+        again = [lease for lease, row in held if row.attempts > 1]
+        _release_group(client, first, **_UNCLAIMED)
+        _release_group(
+            client,
+            again,
+            lease_expires_at=now,
+            heartbeat_at=now,
+            retry_requested_at=now,
+            attempts=DECREMENT,
+        )
+        insert_attempts(client.using, history)
+    fenced_writes("release", (lease for lease, _ in held), accepted=True, at=now)
+    return len(held)
+
+
+def _release_group(client: Client, leases: list[Lease], **changes: Any) -> None:
+    if not leases:
+        return
+    matched = JobRows(client.using, client.scope).update_fenced(
+        leases, changes, owner_id=client.owner_id
+    )
+    if matched != len(leases):  # the rows are locked and checked: this cannot happen
+        raise fence.changed_under_lock("releasing")

@@ -1,0 +1,297 @@
+"""Hand-compiled statements over many job rows: load, lock, fenced update, history insert.
+
+At batch sizes Django's per-value lookup machinery (and per-call query compilation) cost more
+than running the statements, so these few are written once here, from the model's own metadata
+(table, columns, field adaptation), and stay correct on SQLite, PostgreSQL and MariaDB. Each
+database difference is a named helper of ``dbvendor``; what a fenced UPDATE compares comes from
+the fence (``store/fence.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+
+from ...dbvendor import (
+    ids_condition,
+    json_rows,
+    locked_in_id_order,
+    no_ids,
+    quote,
+    row_lock_clause,
+    takes_json_rows,
+)
+from ...models import Job, JobAttempt
+from ...values import Lease
+from .. import fence
+
+DECREMENT = object()  # a change that lowers a counter by one: ``column = column - 1``
+
+
+@functools.cache
+def names(using: str) -> tuple[str, str]:
+    """Return the job table's quoted name and its quoted, qualified column list."""
+    table = quote(using, Job._meta.db_table)
+    columns = ", ".join(f"{table}.{quote(using, f.column)}" for f in Job._meta.concrete_fields)
+    return table, columns
+
+
+_ATTNAMES = tuple(f.attname for f in Job._meta.concrete_fields)
+
+
+@functools.cache
+def _converters(using: str) -> tuple[tuple[int, Any, tuple], ...]:
+    """Return, per column that has any, Django's converters from database to Python values."""
+    connection = connections[using]
+    found = []
+    for index, field in enumerate(Job._meta.concrete_fields):
+        column = field.get_col(Job._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        if converters:
+            found.append((index, column, tuple(converters)))
+    return tuple(found)
+
+
+def load_job(using: str, record: Sequence[Any]) -> Job:
+    """Return the job of a row selected as ``names(using)``'s columns, as the ORM loads it.
+
+    What ``Job.objects.raw()`` does, without the per-query machinery that cost more than the
+    statement at batch sizes.
+    """
+    values = list(record)
+    connection = connections[using]
+    for index, column, converters in _converters(using):
+        for converter in converters:
+            values[index] = converter(values[index], column, connection)
+    return Job.from_db(using, _ATTNAMES, values)
+
+
+def fetch_jobs(using: str, sql: str, params: Sequence[Any]) -> list[Job]:
+    """Run ``sql`` (selecting or returning ``names(using)``'s columns); return its jobs."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [load_job(using, record) for record in cursor.fetchall()]
+
+
+class JobRows:
+    """Read, lock and update job rows by id, within one store client's scope."""
+
+    def __init__(self, using: str, scope: str | None) -> None:
+        self.using = using
+        self.scope = scope
+        self.table, self.columns = names(using)
+
+    def _column(self, name: str) -> str:
+        return f"{self.table}.{quote(self.using, name)}"
+
+    def _ids(self, ids: Iterable[Any]) -> tuple[str, list]:
+        """Return the condition 'id is one of ``ids``' and its parameters."""
+        connection = connections[self.using]
+        pk = Job._meta.pk
+        return ids_condition(
+            self.using,
+            self._column(pk.column),
+            list(dict.fromkeys(ids)),
+            lambda value: pk.get_db_prep_value(value, connection),
+        )
+
+    def _scoped(self, where: list[str], params: list) -> None:
+        if self.scope is not None:
+            where.append(f"{self._column('scope')} = %s")
+            params.append(self.scope)
+
+    def get(self, ids: Iterable[Any], *, lock: bool = False) -> dict[Any, Job]:
+        """Return the rows of ``ids`` in scope by id, locked for update when ``lock``."""
+        condition, params = self._ids(ids)
+        if no_ids(params):
+            return {}
+        where = [condition]
+        self._scoped(where, params)
+        pk = quote(self.using, Job._meta.pk.column)
+        sql = f"SELECT {self.columns} FROM {self.table} WHERE {' AND '.join(where)} ORDER BY {pk}"
+        if lock:
+            sql += row_lock_clause(self.using)
+        return {row.pk: row for row in fetch_jobs(self.using, sql, params)}
+
+    def update_fenced(
+        self,
+        leases: Sequence[Lease],
+        changes: dict[str, Any],
+        *,
+        owner_id: str,
+        unexpired_at: datetime | None = None,
+        each: dict[str, dict[Any, Any]] | None = None,
+    ) -> int:
+        """Change the rows each lease still holds, in one statement; return how many changed.
+
+        A row changes only where the fence passes (``fence.sql_epoch``, ``fence.sql_holder``):
+        it is the lease's job at the lease's epoch, running, owned by ``owner_id`` and (with
+        ``unexpired_at``) leased beyond that time. ``changes`` apply to every row; ``each`` maps
+        a field to per-job values (``CASE id WHEN … THEN …``), rows without one keep theirs.
+        """
+        if not leases:
+            return 0
+        connection = connections[self.using]
+        meta = Job._meta
+        assignments, values = [], []
+        for name, value in changes.items():
+            field = meta.get_field(name)
+            column = quote(self.using, field.column)
+            if value is DECREMENT:
+                assignments.append(f"{column} = {column} - 1")
+            else:
+                assignments.append(f"{column} = %s")
+                values.append(field.get_db_prep_save(value, connection))
+        if takes_json_rows(self.using):
+            return self._update_fenced_json(
+                leases, assignments, values, owner_id, unexpired_at, each
+            )
+        pk = self._column(meta.pk.column)
+        for name, by_job in (each or {}).items():
+            if not by_job:
+                continue
+            field = meta.get_field(name)
+            column = quote(self.using, field.column)
+            whens = []
+            for job_id, value in by_job.items():
+                whens.append("WHEN %s THEN %s")
+                values.append(meta.pk.get_db_prep_value(job_id, connection))
+                values.append(field.get_db_prep_save(value, connection))
+            assignments.append(f"{column} = CASE {pk} {' '.join(whens)} ELSE {column} END")
+        by_epoch: dict[int, list] = {}
+        for lease in leases:
+            by_epoch.setdefault(lease.epoch, []).append(lease.job_id)
+        fences, params = [], []
+        for epoch, ids in by_epoch.items():
+            condition, id_params = self._ids(ids)
+            fences.append(f"({fence.sql_epoch(self._bare)} AND {condition})")
+            params += [epoch, *id_params]
+        if unexpired_at is not None:
+            expiry = meta.get_field("lease_expires_at")
+            unexpired_at = expiry.get_db_prep_value(unexpired_at, connection)
+        holder, holder_params = fence.sql_holder(self._bare, owner_id, unexpired_at)
+        where = [f"({' OR '.join(fences)})", *holder]
+        params += holder_params
+        self._scoped(where, params)
+        sql = f"UPDATE {self.table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*values, *params])
+            return cursor.rowcount
+
+    def _bare(self, name: str) -> str:
+        return name
+
+    def _update_fenced_json(
+        self,
+        leases: Sequence[Lease],
+        assignments: list[str],
+        values: list,
+        owner_id: str,
+        unexpired_at: datetime | None,
+        each: dict[str, dict[Any, Any]] | None,
+    ) -> int:
+        """``update_fenced`` where the per-row values travel as one JSON document (PostgreSQL).
+
+        Each row of it names a job, its lease's epoch and the values ``each`` gives that job
+        (with a flag per field saying whether it gives one); a row changes only where the job is
+        at that epoch, so the fence is still checked per row in SQL.
+        """
+        connection = connections[self.using]
+        meta = Job._meta
+        table = self.table
+        shape = ["id uuid", "epoch bigint"]
+        for name in each or {}:
+            field = meta.get_field(name)
+            shape += [f"{name} {field.db_type(connection)}", f"{name}__set boolean"]
+            column = quote(self.using, field.column)
+            assignments.append(
+                f"{column} = CASE WHEN v.{name}__set THEN v.{name} ELSE {table}.{column} END"
+            )
+        rows = []
+        for lease in leases:
+            row = {"id": str(lease.job_id), "epoch": lease.epoch}
+            for name, by_job in (each or {}).items():
+                if lease.job_id in by_job:
+                    row[name], row[f"{name}__set"] = by_job[lease.job_id], True
+            rows.append(row)
+        qualified = functools.partial(_qualified, table)
+        holder, params = fence.sql_holder(qualified, owner_id, unexpired_at)
+        where = [
+            f"{self._column(meta.pk.column)} = v.id",
+            fence.sql_epoch(qualified, "v.epoch"),
+            *holder,
+        ]
+        self._scoped(where, params)
+        # The rows are locked first, in id order: the order ``get(lock=True)`` locks them in
+        # (record_outcomes, release). An UPDATE alone locks rows in the order its plan meets
+        # them (here the leases' order), so a worker's renewal and its completer's flush could
+        # each hold a row the other waits for: a deadlock, and one of them aborted.
+        pk = quote(self.using, meta.pk.column)
+        ids, id_params = self._ids(lease.job_id for lease in leases)
+        where.append(f"{table}.{pk} IN (SELECT {pk} FROM locked)")
+        owned = f"{ids} AND {table}.owner_id = %s"
+        sql = (
+            f"{locked_in_id_order('locked', table, pk, owned)} "
+            f"UPDATE {table} SET {', '.join(assignments)} "
+            f"FROM {json_rows('v', ', '.join(shape))} "
+            f"WHERE {' AND '.join(where)}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*id_params, owner_id, *values, json.dumps(rows), *params])
+            return cursor.rowcount
+
+
+def _qualified(table: str, name: str) -> str:
+    return f"{table}.{name}"
+
+
+def _jsonable(value: Any) -> Any:
+    """Return ``value`` as JSON can carry it for PostgreSQL to read back exactly."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
+    """Insert history rows in one multi-row INSERT.
+
+    ``bulk_create`` does the same with more machinery per row than the INSERT costs here.
+    """
+    if not attempts:
+        return
+    connection = connections[using]
+    meta = JobAttempt._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.pk]
+    columns = ", ".join(quote(using, f.column) for f in fields)
+    table = quote(using, meta.db_table)
+    if takes_json_rows(using):
+        # One JSON document instead of nine escaped parameters a row (the client-side
+        # escaping of the snapshots cost more than the INSERT).
+        shape = ", ".join(f"{quote(using, f.column)} {f.db_type(connection)}" for f in fields)
+        document = json.dumps(
+            [{f.column: _jsonable(getattr(a, f.attname)) for f in fields} for a in attempts]
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) SELECT {columns} "
+                f"FROM {json_rows('attempt', shape)}",
+                [document],
+            )
+        return
+    row = f"({', '.join(['%s'] * len(fields))})"
+    params = [
+        field.get_db_prep_save(getattr(attempt, field.attname), connection)
+        for attempt in attempts
+        for field in fields
+    ]
+    sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * len(attempts))}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

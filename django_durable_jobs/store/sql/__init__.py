@@ -1,0 +1,1 @@
+"""Every statement the store compiles by hand; database differences go through dbvendor."""

@@ -263,9 +263,21 @@ class DurableJobStore(
         """Bring the schedule rows in line with the schedules this process declares.
 
         ``owner_id`` is this process's worker row (default: this store's owner id; the row must
-        exist, see :meth:`register_worker`). Rows are inserted, updated, repaired, restored or
-        marked removed (never deleted), each in a transaction of its own; a row a newer live
-        worker declares differently is left to it. Return what changed.
+        exist, see ``register_worker``). Its ``schedules`` column gets ``{name: definition
+        hash}`` first, so that other processes see what it declares. Then:
+
+        * a declared schedule without a row gets one (an interval's anchor: the spec's, or now
+          truncated to the whole second);
+        * a row whose definition differs is updated (pause, last tick, last job and anchor are
+          kept, unless the spec gives an anchor), unless a live worker that started *later*
+          than this one declares another definition: this one is then an old worker of a
+          rolling deploy, and the row is left to the newer one;
+        * a row whose hash is the declaration's but whose stored fields are not (edited by
+          hand, or broken: a cron expression or time zone this host cannot read) is rewritten
+          from the declaration: *repaired*;
+        * a row no live worker declares (this one included) is marked removed, never deleted.
+
+        Each row is written in a transaction of its own. Return what changed.
         """
         return schedules.reconcile(self._client, declared, owner_id)
 
@@ -274,11 +286,23 @@ class DurableJobStore(
     ) -> TickPass:
         """Enqueue the due ticks of every active schedule (not paused, not removed); one pass.
 
-        Each tick is submitted through :meth:`defer`'s rules in a transaction of its own with
-        the idempotency key ``tick_key(name, tick)``; ``now`` defaults to the store's clock and
-        ``missed_after`` (seconds) decides which ticks count as missed. A refusal ends that
-        schedule's pass without advancing ``last_tick_at``; a row this host cannot read is
-        skipped and named in ``TickPass.broken``. See ``store/ticks.py``.
+        For each schedule: the ticks after its ``last_tick_at`` (or, before its first, after the
+        row was created) up to ``now`` (default: the store's clock), less the missed ones its
+        catch-up policy drops (see ``store/ticks.py``, ``missed_after`` in seconds). Each is
+        enqueued in a transaction of its own with the idempotency key ``tick_key(name, tick)``;
+        with overlap ``skip`` a tick is skipped (logged at INFO) while the schedule's last job is
+        pending or running. ``last_tick_at`` only moves forward.
+
+        A quota's refusal (``CapacityReached``) is logged at WARNING and ends that schedule's
+        pass without advancing ``last_tick_at``: the tick is tried again on the next pass, not
+        lost. Any other refusal (``JobError``, e.g. an operation this process does not know) is
+        logged at ERROR, the same way. A scoped store only serves its scope's schedules.
+
+        A row this host cannot read (``row_problem``), or whose ticks fail to compute, is
+        skipped and named in the summary's ``broken`` with the reason and the fix; it is not
+        logged here, so that a caller running a pass every second reports it once (the
+        scheduler does). The other schedules are enqueued as usual. Database errors propagate:
+        the caller retries the whole pass later.
         """
         return ticks.submit_due(self._client, now, missed_after=missed_after)
 

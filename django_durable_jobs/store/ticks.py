@@ -104,7 +104,7 @@ def submit_due(
     )
     summary = TickPass()
     for row in rows.order_by("name"):
-        if client.scope is not None and (row.scope or _default_scope()) != client.scope:
+        if client.scope is not None and (row.scope or jobs_settings.DEFAULT_SCOPE) != client.scope:
             continue
         problem = row_problem(row)
         if problem is not None:
@@ -232,10 +232,6 @@ def _advance_locked(using: str, row: Schedule, tick: datetime, job: Job | None =
     if job is not None:
         changes["last_job"] = job
     _monotonic(Schedule.objects.using(using).filter(pk=row.pk), tick).update(**changes)
-
-
-def _default_scope() -> str:
-    return jobs_settings.DEFAULT_SCOPE
 
 
 def _monotonic(rows, tick: datetime):

@@ -354,3 +354,103 @@ def locked_in_id_order(name: str, table: str, pk: str, where: str) -> str:
         f"WITH {name} AS MATERIALIZED (SELECT {pk} FROM {table} WHERE {where} "
         f"ORDER BY {pk} FOR UPDATE)"
     )
+
+
+# -- for the store's submitting statement (rooms-edge) -----------------------------------------
+
+
+def submit_rows_most(connection: BaseDatabaseWrapper, fields: list, most: int) -> int:
+    """Return how many rows one multi-row ``VALUES`` insert of ``fields`` may hold (≤ ``most``).
+
+    One placeholder per column and row. PostgreSQL's large inserts bind arrays instead of a
+    ``VALUES`` list (:func:`submits_arrays`), so only ``most`` bounds them; Django 5.2 assumes
+    SQLite's old limit of 999 placeholders, so the SQLite connection is asked for its own.
+    """
+    if connection.vendor == "postgresql":
+        return most
+    rows = connection.ops.bulk_batch_size(fields, range(most))
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        connection.ensure_connection()
+        limit = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        rows = max(rows, limit // len(fields))
+    return max(1, min(most, rows))
+
+
+def submits_arrays(connection: BaseDatabaseWrapper) -> bool:
+    """Return True when many new rows go in as one array per column (PostgreSQL's ``unnest``)."""
+    return connection.vendor == "postgresql"
+
+
+def insert_from_arrays_sql(
+    table: str, columns: str, select: list[str], array_types: list[str]
+) -> str:
+    """Return PostgreSQL's INSERT of the rows of ``unnest()`` of one array per varying column.
+
+    ``select`` gives each column's value: ``u.c0``, ``u.c1``… for the varying ones, a
+    placeholder for the shared ones; ``array_types`` the SQL type of each array's items. A row
+    whose key or id is taken is skipped.
+    """
+    arrays = ", ".join(f"%s::{item}[]" for item in array_types)
+    names = ", ".join(f"c{index}" for index in range(len(array_types)))
+    return (
+        f"INSERT INTO {table} ({columns}) SELECT {', '.join(select)} "
+        f"FROM unnest({arrays}) AS u({names}) ON CONFLICT DO NOTHING"
+    )
+
+
+def skip_taken_sql(connection: BaseDatabaseWrapper, pk_column: str, columns: str) -> str:
+    """Return the clause that makes an INSERT skip a row whose unique key or id is taken.
+
+    ``ON CONFLICT DO NOTHING`` (PostgreSQL, SQLite); on MariaDB/MySQL
+    ``ON DUPLICATE KEY UPDATE id = id``, which, where the database has ``RETURNING`` (MariaDB),
+    also returns ``columns`` of the new row or of the row holding the key
+    (:func:`insert_returns_holders`).
+    """
+    if connection.vendor != "mysql":
+        return " ON CONFLICT DO NOTHING"
+    pk = quote(connection.alias, pk_column)
+    clause = f" ON DUPLICATE KEY UPDATE {pk} = {pk}"
+    if insert_returns_holders(connection):
+        clause += f" RETURNING {columns}"
+    return clause
+
+
+def insert_returns_holders(connection: BaseDatabaseWrapper) -> bool:
+    """Return True when :func:`skip_taken_sql`'s insert returns the rows holding its keys.
+
+    MariaDB's ``INSERT … ON DUPLICATE KEY UPDATE … RETURNING``; MySQL has no ``RETURNING``.
+    """
+    return connection.vendor == "mysql" and connection.features.can_return_columns_from_insert
+
+
+def rowcount_counts_inserted(connection: BaseDatabaseWrapper) -> bool:
+    """Return True when an insert's row count is the number of rows that went in.
+
+    Not on MariaDB/MySQL: Django connects with ``CLIENT_FOUND_ROWS``, so a row skipped by
+    ``ON DUPLICATE KEY UPDATE id = id`` counts as well.
+    """
+    return connection.vendor != "mysql"
+
+
+def insert_counts_itself(connection: BaseDatabaseWrapper) -> bool:
+    """Return True when an insert can answer how many rows went in (:func:`counted_insert_sql`)."""
+    return connection.vendor == "postgresql"
+
+
+def counted_insert_sql(
+    insert: str, params: list, notice: tuple[str, list[str]] | None
+) -> tuple[str, list]:
+    """Return PostgreSQL's ``insert`` wrapped to answer how many rows went in, in one round trip.
+
+    A CTE's outer SELECT counts the new rows and, when there are any, evaluates ``notice``
+    (:func:`work_notice`: the NOTIFY that wakes the workers of their queue).
+    """
+    sql = f"WITH ins AS ({insert} RETURNING 1) SELECT count(*)"
+    params = list(params)
+    if notice is not None:
+        expression, notice_params = notice
+        sql += f", CASE WHEN count(*) > 0 THEN {expression} END"
+        params.extend(notice_params)
+    return sql + " FROM ins", params

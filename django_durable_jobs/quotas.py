@@ -13,7 +13,7 @@ Rates read ``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` or ``(N, seconds)``. They 
 fixed windows in a Django cache (``DURABLE_JOBS["RATE_LIMIT_CACHE"]``): exact per process with the
 default local-memory cache, shared by every process with a shared one (Redis, Memcached).
 
-The store enforces them (:mod:`django_durable_jobs.store.quotas`); this module only reads the
+The store enforces them (:mod:`django_durable_jobs.store.capacity`); this module only reads the
 settings and keeps the counters that live outside the database.
 """
 

@@ -13,7 +13,8 @@ from .conf import jobs_settings
 from .errors import InputInvalid, JobError
 from .models import Job
 from .store import DurableJobStore, Submission
-from .store.submissions import MAX_SUBMISSIONS, listed
+from .store.submitting import MAX_SUBMISSIONS
+from .validation import listed
 
 
 def submit(

@@ -10,6 +10,7 @@ import re
 import unicodedata
 import uuid
 import warnings
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -349,3 +350,12 @@ def lease_seconds(value: Any, deprecated: Any = None) -> float:
             f"(30 days); got {value!r}."
         )
     return float(value)
+
+
+def listed(values: Any, what: str) -> list:
+    """Return ``values`` as a list; refuse text, bytes and mappings, which iterate surprisingly."""
+    if isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
+        raise InputInvalid(
+            f"{what} must be a list or another iterable; got {type(values).__name__}."
+        )
+    return list(values)

@@ -44,7 +44,6 @@ from . import capacity, ending, fence
 from . import client as client_room
 from .client import Client
 from .sql.claim import ClaimStatement
-from .submissions import listed
 
 CLAIM_BATCH_MAX = 1000
 # The keys of what a client remembers between claims (``Client.memo``).
@@ -350,4 +349,4 @@ def _names(values: Iterable[str] | None, check: Callable[[Any], str]) -> list[st
         return None
     if isinstance(values, str):
         values = [values]
-    return [check(v) for v in listed(values, "operations, queues and resume_expired")]
+    return [check(v) for v in validation.listed(values, "operations, queues and resume_expired")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..dbvendor import database_now
-from .base import StoreBase
+from .. import dbvendor
+from .client import Client, now
 
 
 @dataclass(frozen=True)
@@ -25,26 +25,24 @@ class ClockReading:
     uncertainty_seconds: float
 
 
-class ClockMixin(StoreBase):
-    """Read the database's clock and compare it with the store's."""
+def database_now(client: Client) -> datetime:
+    """Return the database server's current time (aware, UTC). Write nothing."""
+    return dbvendor.database_now(client.using)
 
-    def database_now(self) -> datetime:
-        """Return the database server's current time (aware, UTC). Writes nothing."""
-        return database_now(self.using)
 
-    def clock_skew(self) -> ClockReading:
-        """Measure the store's clock against the database's with one query. Writes nothing.
+def clock_skew(client: Client) -> ClockReading:
+    """Measure the client's clock against the database's with one query. Write nothing.
 
-        Leases are judged by the clock of whoever reads them, so two hosts whose clocks disagree
-        disagree about which leases are alive; the database's clock is the reference they share.
-        """
-        before = self._now()
-        database_time = database_now(self.using)
-        after = self._now()
-        local_time = before + (after - before) / 2
-        return ClockReading(
-            database_time=database_time,
-            local_time=local_time,
-            skew_seconds=(database_time - local_time).total_seconds(),
-            uncertainty_seconds=(after - before).total_seconds() / 2,
-        )
+    Leases are judged by the clock of whoever reads them, so two hosts whose clocks disagree
+    disagree about which leases are alive; the database's clock is the reference they share.
+    """
+    before = now(client)
+    database_time = dbvendor.database_now(client.using)
+    after = now(client)
+    local_time = before + (after - before) / 2
+    return ClockReading(
+        database_time=database_time,
+        local_time=local_time,
+        skew_seconds=(database_time - local_time).total_seconds(),
+        uncertainty_seconds=(after - before).total_seconds() / 2,
+    )

@@ -32,7 +32,6 @@ from . import client as client_room
 from . import fence
 from .client import Client
 from .sql.rows import DECREMENT, JobRows, insert_attempts
-from .submissions import listed
 
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
 RELEASED = AttemptOutcomeChoice.RELEASED
@@ -190,7 +189,7 @@ def record(
     An outcome that cannot be stored as given ends its own attempt as ``failed``, saying why
     (:func:`storable`); only a value that is not an outcome refuses the whole call.
     """
-    given = listed(outcomes, "outcomes")
+    given = validation.listed(outcomes, "outcomes")
     for outcome in given:
         check_kind(outcome)
         fence.lease_of(outcome.lease)
@@ -344,7 +343,9 @@ def _check_failure_details(outcome: Outcome) -> None:
 
 def release(client: Client, leases: Sequence[Lease]) -> int:
     """Hand back claims whose executor never started; return how many were released."""
-    leases = list(dict.fromkeys(fence.lease_of(lease) for lease in listed(leases, "leases")))
+    leases = list(
+        dict.fromkeys(fence.lease_of(lease) for lease in validation.listed(leases, "leases"))
+    )
     if not leases:
         return 0
     with bounded_atomic(client.using):

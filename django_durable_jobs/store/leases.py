@@ -18,7 +18,6 @@ from . import client as client_room
 from . import fence
 from .client import Client
 from .sql.rows import JobRows
-from .submissions import listed
 
 
 def renew(
@@ -30,7 +29,7 @@ def renew(
     explain a loss), and the time of the renewal. ``write`` names the write in the history of
     fenced writes. No lease asks nothing of the database (and no time: None).
     """
-    leases = [fence.lease_of(lease) for lease in listed(leases, "leases")]
+    leases = [fence.lease_of(lease) for lease in validation.listed(leases, "leases")]
     if not leases:
         return [], {}, None
     rows = JobRows(client.using, client.scope)

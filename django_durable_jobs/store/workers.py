@@ -1,4 +1,8 @@
-"""Worker rows: each ``runjobs`` process announces itself, heartbeats and signs off."""
+"""Worker rows: each ``runjobs`` process announces itself, heartbeats and signs off.
+
+A worker row is keyed by the client's owner id: the process that holds the leases is the one
+whose row says it is alive.
+"""
 
 from __future__ import annotations
 
@@ -8,52 +12,51 @@ from collections.abc import Iterable
 
 from ..models import WorkerProcess
 from ..transactions import bounded_atomic
-from .base import StoreBase
+from .client import Client, now
 
 
-class WorkerRowMixin(StoreBase):
-    """Keep the row that shows this store's worker process is alive."""
+def register(
+    client: Client,
+    *,
+    concurrency: int,
+    queues: Iterable[str] | None = None,
+    operations: Iterable[str] | None = None,
+) -> WorkerProcess:
+    """Create (or renew) the row of the worker that owns the client's leases."""
+    at = now(client)
+    with bounded_atomic(client.using):
+        row, _ = WorkerProcess.objects.using(client.using).update_or_create(
+            owner_id=client.owner_id,
+            defaults={
+                "actor": client.actor or "",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started_at": at,
+                "heartbeat_at": at,
+                "stopped_at": None,
+                "lease_seconds": client.lease_seconds,
+                "concurrency": concurrency,
+                "leases_held": 0,
+                "stopping": False,
+                "queues": ",".join(queues or []),
+                "operations": ",".join(operations or []),
+            },
+        )
+    return row
 
-    def register_worker(
-        self,
-        *,
-        concurrency: int,
-        queues: Iterable[str] | None = None,
-        operations: Iterable[str] | None = None,
-    ) -> WorkerProcess:
-        """Create (or renew) the row of the worker that owns this store's leases."""
-        now = self._now()
-        with bounded_atomic(self.using):
-            row, _ = WorkerProcess.objects.using(self.using).update_or_create(
-                owner_id=self.owner_id,
-                defaults={
-                    "actor": self.actor or "",
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "started_at": now,
-                    "heartbeat_at": now,
-                    "stopped_at": None,
-                    "lease_seconds": self.lease_seconds,
-                    "concurrency": concurrency,
-                    "leases_held": 0,
-                    "stopping": False,
-                    "queues": ",".join(queues or []),
-                    "operations": ",".join(operations or []),
-                },
-            )
-        return row
 
-    def worker_heartbeat(self, *, leases_held: int, stopping: bool) -> None:
-        """Refresh this worker's row: it is alive and holds ``leases_held`` leases."""
-        with bounded_atomic(self.using):
-            WorkerProcess.objects.using(self.using).filter(owner_id=self.owner_id).update(
-                heartbeat_at=self._now(), leases_held=leases_held, stopping=stopping
-            )
+def heartbeat(client: Client, *, leases_held: int, stopping: bool) -> None:
+    """Refresh the worker's row: it is alive and holds ``leases_held`` leases."""
+    with bounded_atomic(client.using):
+        WorkerProcess.objects.using(client.using).filter(owner_id=client.owner_id).update(
+            heartbeat_at=now(client), leases_held=leases_held, stopping=stopping
+        )
 
-    def worker_stopped(self) -> None:
-        """Mark this worker's row as cleanly stopped."""
-        now = self._now()
-        with bounded_atomic(self.using):
-            WorkerProcess.objects.using(self.using).filter(owner_id=self.owner_id).update(
-                heartbeat_at=now, stopped_at=now, leases_held=0, stopping=True
-            )
+
+def stopped(client: Client) -> None:
+    """Mark the worker's row as cleanly stopped."""
+    at = now(client)
+    with bounded_atomic(client.using):
+        WorkerProcess.objects.using(client.using).filter(owner_id=client.owner_id).update(
+            heartbeat_at=at, stopped_at=at, leases_held=0, stopping=True
+        )

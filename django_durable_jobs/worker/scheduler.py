@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 
 from ..errors import JobError
-from ..store import DurableJobStore
-from ..store.schedules import MISSED_AFTER, Reconciliation, TickPass
+from ..store import MISSED_AFTER, DurableJobStore, Reconciliation, TickPass
 from ..terminal import printable
 from .connections import close_thread_connections, reset_broken_connections
 

@@ -19,8 +19,7 @@ from django.test import override_settings
 
 from django_durable_jobs.models import Job, Schedule
 from django_durable_jobs.schedules import declared_schedules, row_problem, tick_key
-from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.store.schedules import ScheduleNotFound
+from django_durable_jobs.store import DurableJobStore, ScheduleNotFound
 from tests.schedule_rows import everything
 from tests.support import LEASE, T0, FakeClock
 

@@ -22,8 +22,7 @@ from ... import stats, validation
 from ...conf import jobs_settings
 from ...errors import InputInvalid, JobError, NotReclaimable
 from ...models import Job, JobAttempt, Schedule
-from ...store import DurableJobStore, RequestResult
-from ...store.schedules import ScheduleNotFound
+from ...store import DurableJobStore, RequestResult, ScheduleNotFound
 from ...terminal import printable
 from ...vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from . import _jobs_format as fmt

@@ -1,6 +1,6 @@
-"""The enqueue statement: insert job rows unless their idempotency key is taken.
+"""The submit statement: insert new jobs unless their idempotency key is taken.
 
-Enqueueing is dominated by round trips, so a new job costs one statement and no savepoint: the
+Submitting is dominated by round trips, so a new job costs one statement and no savepoint: the
 insert itself skips a row whose (scope, operation, idempotency key) or id is already held, and says
 what it did.
 
@@ -14,7 +14,8 @@ what it did.
   row or the one holding the key. (Django connects with ``CLIENT_FOUND_ROWS``, so the affected-row
   count cannot tell the two apart.) MySQL has no ``RETURNING``: a SELECT of the keys follows.
 
-When not every row went in, one SELECT per statement reads the rows holding the keys; the store
+Each of those differences is a named helper of :mod:`django_durable_jobs.dbvendor`. When not
+every row went in, one SELECT per statement reads the rows holding the keys; the submitting room
 applies the idempotency rules to them. Columns, types and adaptation come from the model's
 metadata and ``connection.ops``, so the statements follow the schema on every database.
 """
@@ -22,7 +23,6 @@ metadata and ``connection.ops``, so the statements follow the schema on every da
 from __future__ import annotations
 
 import functools
-import sqlite3
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,9 +30,20 @@ from typing import Any
 
 from django.db import connections
 
-from ..dbvendor import work_notice
-from ..models import Job
-from .batch_sql import load_job
+from ...dbvendor import (
+    counted_insert_sql,
+    insert_counts_itself,
+    insert_from_arrays_sql,
+    insert_returns_holders,
+    quote,
+    rowcount_counts_inserted,
+    skip_taken_sql,
+    submit_rows_most,
+    submits_arrays,
+    work_notice,
+)
+from ...models import Job
+from .rows import load_job
 
 # The columns that differ from row to row; every other column is the same for a whole call.
 VARYING = (Job._meta.pk.attname, "idempotency_key", "proposal", "proposal_hash")
@@ -48,8 +59,8 @@ CHARS_PER_STATEMENT = 2_000_000
 
 
 @dataclass(frozen=True)
-class NewRow:
-    """What one enqueued row does not share with the others of its call."""
+class NewJob:
+    """What one submitted job does not share with the others of its call."""
 
     pk: uuid.UUID
     key: str
@@ -57,51 +68,52 @@ class NewRow:
     proposal_hash: str
 
 
-def enqueue(
-    using: str, fields: dict[str, Any], rows: Sequence[NewRow], *, notify: str | None = None
+def submit(
+    using: str, fields: dict[str, Any], jobs: Sequence[NewJob], *, notify: str | None = None
 ) -> list[tuple[Job | None, bool]]:
-    """Insert ``rows`` (their other columns set from ``fields``) whose keys are free.
+    """Insert the rows of ``jobs`` (their other columns set from ``fields``) whose keys are free.
 
-    Return, for each row in order, the job holding its key once the statements ran, and whether
+    Return, for each job in order, the job holding its key once the statements ran, and whether
     that job was built from the values just inserted rather than read from the database. The job
     is the new row, or the earlier job holding the key (the caller compares its proposal), or
-    None when the row's id is taken by a job of another key. ``fields`` holds at least
-    ``scope``, ``operation``, ``created_at`` and ``run_after``; the keys of ``rows`` are
+    None when the job's id is taken by a job of another key. ``fields`` holds at least
+    ``scope``, ``operation``, ``created_at`` and ``run_after``; the keys of ``jobs`` are
     distinct. ``notify`` names the queue to wake when the transaction commits (PostgreSQL).
     """
-    # Every row's proposal passed the store's checks (strict JSON, size and depth) on its way
-    # into a ``NewRow``: the flag records that, for the ownership assessment in SQL and Python.
-    insert = _Insert(using, {**fields, "proposal_checked": True})
-    if len(rows) == 1:
-        return insert.run(rows, notify)
+    # Every job's proposal passed the store's checks (strict JSON, size and depth) on its way
+    # into a ``NewJob``: the flag records that, for the ownership assessment in SQL and Python.
+    statement = SubmitStatement(using, {**fields, "proposal_checked": True})
+    if len(jobs) == 1:
+        return statement.run(jobs, notify)
     # Rows go in sorted by key, so that concurrent calls over the same keys wait on each other
     # in one order instead of deadlocking.
-    order = sorted(range(len(rows)), key=lambda index: rows[index].key)
+    order = sorted(range(len(jobs)), key=lambda index: jobs[index].key)
+    most = submit_rows_most(statement.connection, list(FIELDS), ROWS_PER_STATEMENT)
     held: list[tuple[Job | None, bool]] = []
-    for chunk in _chunks([rows[index] for index in order], _rows_per_statement(insert.connection)):
-        held.extend(insert.run(chunk, notify))
-    in_order: list[tuple[Job | None, bool]] = [(None, False)] * len(rows)
+    for chunk in _chunks([jobs[index] for index in order], most):
+        held.extend(statement.run(chunk, notify))
+    in_order: list[tuple[Job | None, bool]] = [(None, False)] * len(jobs)
     for index, pair in zip(order, held, strict=True):
         in_order[index] = pair
     return in_order
 
 
-def _chunks(rows: Sequence[NewRow], most: int) -> Iterator[Sequence[NewRow]]:
+def _chunks(jobs: Sequence[NewJob], most: int) -> Iterator[Sequence[NewJob]]:
     start, chars = 0, 0
-    for index, row in enumerate(rows):
+    for index, job in enumerate(jobs):
         if index > start and (
-            index - start >= most or chars + len(row.proposal) > CHARS_PER_STATEMENT
+            index - start >= most or chars + len(job.proposal) > CHARS_PER_STATEMENT
         ):
-            yield rows[start:index]
+            yield jobs[start:index]
             start, chars = index, 0
-        chars += len(row.proposal)
-    if start < len(rows):
-        yield rows[start:]
+        chars += len(job.proposal)
+    if start < len(jobs):
+        yield jobs[start:]
 
 
 @dataclass(frozen=True)
 class _Shape:
-    """What the enqueue statements of one database alias share, worked out once."""
+    """What the submit statements of one database alias share, worked out once."""
 
     table: str  # quoted
     columns: str  # quoted, in model order
@@ -112,7 +124,6 @@ class _Shape:
 @functools.cache
 def _shape(using: str) -> _Shape:
     connection = connections[using]
-    quote = connection.ops.quote_name
     fields = Job._meta.concrete_fields
     defaults = []
     for field in fields:
@@ -122,28 +133,15 @@ def _shape(using: str) -> _Shape:
             value = field.get_default()
             defaults.append((value, field.get_db_prep_save(value, connection)))
     return _Shape(
-        table=quote(Job._meta.db_table),
-        columns=", ".join(quote(f.column) for f in fields),
+        table=quote(connection.alias, Job._meta.db_table),
+        columns=", ".join(quote(connection.alias, f.column) for f in fields),
         casts=tuple(f.cast_db_type(connection) for f in fields),
         defaults=tuple(defaults),
     )
 
 
-def _rows_per_statement(connection: Any) -> int:
-    """Return how many rows one VALUES list may hold: one placeholder per column and row."""
-    if connection.vendor == "postgresql":  # its large chunks bind four arrays instead
-        return ROWS_PER_STATEMENT
-    most = connection.ops.bulk_batch_size(list(FIELDS), range(ROWS_PER_STATEMENT))
-    if connection.vendor == "sqlite":
-        # Django 5.2 assumes SQLite's old limit of 999 placeholders; ask the connection.
-        connection.ensure_connection()
-        limit = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        most = max(most, limit // len(FIELDS))
-    return max(1, min(ROWS_PER_STATEMENT, most))
-
-
-class _Insert:
-    """The enqueue statement of one call: its shared values adapted once, its rows in chunks."""
+class SubmitStatement:
+    """The submit statement of one call: its shared values adapted once, its rows in chunks."""
 
     def __init__(self, using: str, fields: dict[str, Any]) -> None:
         self.using = using
@@ -168,22 +166,24 @@ class _Insert:
             self.values[index] = value
             self.prepared[index] = field.get_db_prep_save(value, self.connection)
 
-    def run(self, chunk: Sequence[NewRow], notify: str | None) -> list[tuple[Job | None, bool]]:
-        vendor = self.connection.vendor
+    def run(self, chunk: Sequence[NewJob], notify: str | None) -> list[tuple[Job | None, bool]]:
+        """Insert ``chunk`` in one statement; return what :func:`submit` returns for it."""
+        connection = self.connection
         returned: list[Job] | None = None
-        with self.connection.cursor() as cursor:
-            if vendor == "postgresql":
-                cursor.execute(*self._counted_sql(chunk, notify))
+        with connection.cursor() as cursor:
+            if insert_counts_itself(connection):
+                notice = work_notice(self.using, notify) if notify is not None else None
+                cursor.execute(*counted_insert_sql(*self._insert_sql(chunk), notice))
                 inserted = cursor.fetchone()[0]
             else:
                 cursor.execute(*self._insert_sql(chunk))
-                if vendor == "mysql" and self.connection.features.can_return_columns_from_insert:
+                if insert_returns_holders(connection):
                     returned = [self._load(record) for record in cursor.fetchall()]
-                inserted = cursor.rowcount if vendor != "mysql" else -1
+                inserted = cursor.rowcount if rowcount_counts_inserted(connection) else -1
         if inserted == len(chunk):
-            return [(self._new_job(row), True) for row in chunk]
+            return [(self._new_job(job), True) for job in chunk]
         if returned is None:
-            returned = self._holders([row.key for row in chunk])
+            returned = self._holders([job.key for job in chunk])
         held = {
             job.idempotency_key: job
             for job in returned
@@ -191,51 +191,33 @@ class _Insert:
         }
         # A key the database matched another way (MariaDB's collations ignore case) is read alone.
         return [
-            (held.get(row.key) or next(iter(self._holders([row.key])), None), False)
-            for row in chunk
+            (held.get(job.key) or next(iter(self._holders([job.key])), None), False)
+            for job in chunk
         ]
 
-    def _counted_sql(self, chunk: Sequence[NewRow], notify: str | None) -> tuple[str, list]:
-        """Return PostgreSQL's insert, answering how many rows went in and sending the NOTIFY."""
-        insert, params = self._insert_sql(chunk)
-        sql = f"WITH ins AS ({insert} RETURNING 1) SELECT count(*)"
-        notice = work_notice(self.using, notify) if notify is not None else None
-        if notice is not None:
-            expression, notice_params = notice
-            sql += f", CASE WHEN count(*) > 0 THEN {expression} END"
-            params.extend(notice_params)
-        return sql + " FROM ins", params
-
-    def _insert_sql(self, chunk: Sequence[NewRow]) -> tuple[str, list]:
+    def _insert_sql(self, chunk: Sequence[NewJob]) -> tuple[str, list]:
         """Return the INSERT of ``chunk`` that skips rows whose key or id is taken."""
         connection = self.connection
         pk = Job._meta.pk
-        if connection.vendor == "postgresql" and len(chunk) > VALUES_ROWS_MOST:
-            return self._unnest_sql(chunk)
+        if submits_arrays(connection) and len(chunk) > VALUES_ROWS_MOST:
+            return self._arrays_sql(chunk)
         id_slot, key_slot, proposal_slot, hash_slot = self.slots
         params: list[Any] = []
-        for row in chunk:
+        for job in chunk:
             values = list(self.prepared)
-            values[id_slot] = pk.get_db_prep_save(row.pk, connection)
-            values[key_slot] = row.key
-            values[proposal_slot] = row.proposal
-            values[hash_slot] = row.proposal_hash
+            values[id_slot] = pk.get_db_prep_save(job.pk, connection)
+            values[key_slot] = job.key
+            values[proposal_slot] = job.proposal
+            values[hash_slot] = job.proposal_hash
             params.extend(values)
         placeholders = "(" + ", ".join(["%s"] * len(self.prepared)) + ")"
         sql = f"INSERT INTO {self.table} ({self.columns}) VALUES " + ", ".join(
             [placeholders] * len(chunk)
         )
-        if connection.vendor == "mysql":
-            pk_column = connection.ops.quote_name(pk.column)
-            sql += f" ON DUPLICATE KEY UPDATE {pk_column} = {pk_column}"
-            if connection.features.can_return_columns_from_insert:
-                sql += f" RETURNING {self.columns}"
-        else:
-            sql += " ON CONFLICT DO NOTHING"
-        return sql, params
+        return sql + skip_taken_sql(connection, pk.column, self.columns), params
 
-    def _unnest_sql(self, chunk: Sequence[NewRow]) -> tuple[str, list]:
-        """Return PostgreSQL's INSERT of many rows: four arrays, the shared values once."""
+    def _arrays_sql(self, chunk: Sequence[NewJob]) -> tuple[str, list]:
+        """Return the INSERT of many rows as four arrays, the shared values bound once."""
         pk = Job._meta.pk
         select, params = [], []
         for index, (value, cast) in enumerate(zip(self.prepared, self.casts, strict=True)):
@@ -246,24 +228,20 @@ class _Insert:
                 params.append(value)
         params.extend(
             [
-                [pk.get_db_prep_save(row.pk, self.connection) for row in chunk],
-                [row.key for row in chunk],
-                [row.proposal for row in chunk],
-                [row.proposal_hash for row in chunk],
+                [pk.get_db_prep_save(job.pk, self.connection) for job in chunk],
+                [job.key for job in chunk],
+                [job.proposal for job in chunk],
+                [job.proposal_hash for job in chunk],
             ]
         )
-        arrays = ", ".join(f"%s::{self.casts[slot]}[]" for slot in self.slots)
-        sql = (
-            f"INSERT INTO {self.table} ({self.columns}) SELECT {', '.join(select)} "
-            f"FROM unnest({arrays}) AS u(c0, c1, c2, c3) ON CONFLICT DO NOTHING"
-        )
-        return sql, params
+        array_types = [self.casts[slot] for slot in self.slots]
+        return insert_from_arrays_sql(self.table, self.columns, select, array_types), params
 
-    def _new_job(self, row: NewRow) -> Job:
-        """Return the job just inserted for ``row``, as the ORM would load it."""
+    def _new_job(self, job: NewJob) -> Job:
+        """Return the job just inserted for ``job``, as the ORM would load it."""
         values = list(self.values)
         for slot, value in zip(
-            self.slots, (row.pk, row.key, row.proposal, row.proposal_hash), strict=True
+            self.slots, (job.pk, job.key, job.proposal, job.proposal_hash), strict=True
         ):
             values[slot] = value
         return Job.from_db(self.using, ATTNAMES, values)
@@ -274,9 +252,8 @@ class _Insert:
 
     def _holders(self, keys: list[str]) -> list[Job]:
         """Return the jobs holding ``keys`` (in this call's scope and operation)."""
-        quote = self.connection.ops.quote_name
         scope, operation, key = (
-            quote(Job._meta.get_field(name).column)
+            quote(self.connection.alias, Job._meta.get_field(name).column)
             for name in ("scope", "operation", "idempotency_key")
         )
         placeholders = ", ".join(["%s"] * len(keys))

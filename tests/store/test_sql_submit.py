@@ -1,4 +1,5 @@
-"""The lean enqueue: what ``submit()`` costs in statements, what it returns, and its NOTIFY.
+"""The submit statement (store/sql/submit.py): what ``submit()`` costs in statements, what it
+returns, and its NOTIFY.
 
 Proves: a new job is one statement on every database (its NOTIFY included on PostgreSQL), a
 repeated one at most two, and no savepoint is taken in the caller's transaction; the returned job

@@ -1,0 +1,360 @@
+"""Submitting: the one way a job is made (``defer``, ``defer_many``, ``insert``) and lookups.
+
+Every path writes through one statement (:mod:`.sql.submit`) that skips a row whose idempotency
+key is taken instead of failing on it, so no savepoint is needed; the rows holding taken keys are
+then read and judged: the same proposal bytes return the earlier job unchanged, different bytes
+are an ``IdempotencyConflict``.
+
+``defer`` and ``defer_many`` submit pending work. ``insert`` is *submit and claim at once*: the
+job is created running, owned by this client (epoch 1, attempt 1), for callers that run it now.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from .. import quotas, tracing, validation
+from ..errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
+from ..execution import Execution
+from ..models import Job
+from ..transactions import bounded_atomic, check_execution, refuse_caller_transaction
+from ..values import Lease, Submission
+from ..vocabulary import JobStatus, Ownership, proposal_sha256
+from . import capacity
+from .client import Client, annotate, check_identity, now, require_caller_transaction, resolve_scope
+from .sql.submit import NewJob, submit
+
+EMPTY_PROPOSAL = "{}"
+MAX_SUBMISSIONS = 10_000  # jobs per defer_many() / submit_many() call
+
+
+def insert(
+    client: Client,
+    operation: str,
+    *,
+    submission: Submission | None = None,
+    max_running: int | None = None,
+    job_id: Any = None,
+) -> Lease | None:
+    """Submit and claim at once: the job is created running, owned by this client.
+
+    Return its lease (epoch 1, attempt 1), or None for a repeat of an identical earlier
+    submission: nothing is claimed or run then. Capacity is checked after coalescing, atomically.
+    """
+    op = validation.operation(operation)
+    scope, new = _new_job(client, submission, job_id)
+    cap = capacity.operation_cap(op, max_running)
+    # The rate counted is given back if anything refuses or fails, the COMMIT included.
+    with (
+        tracing.producer(op, queue="default", scope=scope) as sending,
+        quotas.counted() as taken,
+        bounded_atomic(client.using),
+    ):
+        at = now(client)
+        if (earlier := _existing(client, op, scope, new.key, new.proposal)) is not None:
+            sending.sent(earlier.pk, earlier.trace_context)
+            return None
+        capacity.require_operation_room(client, op, cap)
+        capacity.require_scope_room(client, scope)
+        taken += capacity.admit(client, scope, 1, 0, at, pending=False)
+        expires = at + timedelta(seconds=client.lease_seconds)
+        fields = {
+            "operation": op,
+            "scope": scope,
+            "status": JobStatus.RUNNING.value,
+            "created_at": at,
+            "run_after": at,
+            "owner_id": client.owner_id,
+            "fencing_epoch": 1,
+            "attempts": 1,
+            "lease_expires_at": expires,
+            "heartbeat_at": at,
+            "claimed_at": at,
+            "claimed_by": client.actor or "",
+            "trace_context": sending.carrier,
+        }
+        ((held, _),) = submit(client.using, fields, [new])
+        job = _held(op, scope, new, held)
+        sending.sent(job.pk, job.trace_context)
+        if job.pk != new.pk or job.owner_id != client.owner_id:
+            return None  # an identical submission committed first
+    return Lease(job_id=new.pk, owner_id=client.owner_id, epoch=1, expires_at=expires)
+
+
+def find_submission(client: Client, operation: str, submission: Submission) -> Job | None:
+    """Return the job of an identical earlier submission, or None (read-only)."""
+    op = validation.operation(operation)
+    scope, new = _new_job(client, submission)
+    if submission is None or submission.idempotency_key is None:
+        return None  # a fresh key (the new job's id) matches nothing
+    return annotate(client, _existing(client, op, scope, new.key, new.proposal))
+
+
+def defer(
+    client: Client,
+    operation: str,
+    submission: Submission,
+    *,
+    job_id: Any = None,
+    execution: Execution | None = None,
+    in_caller_transaction: bool = False,
+    queue: str | None = None,
+    priority: int = 0,
+    run_after: datetime | None = None,
+) -> Job:
+    """Submit pending work, or return the identical earlier job unchanged. Start nothing.
+
+    With ``in_caller_transaction=True`` the row is written in the caller's open atomic block
+    and exists only if the caller commits. Without an execution a new job is one statement
+    (its NOTIFY included on PostgreSQL) and a repeat one two, each atomic on its own.
+    """
+    op = validation.operation(operation)
+    scope, new = _new_job(client, submission, job_id)
+    queue, priority = _schedule(queue, priority, run_after)
+    if execution is not None:
+        check_identity(client, execution)
+        check_execution(execution)  # a spent budget refuses before the quota's count
+    # A refusal of the caller's transaction, too, comes before any SQL.
+    if in_caller_transaction:
+        require_caller_transaction(client, "defer")
+    else:
+        refuse_caller_transaction(client.using)
+
+    def write() -> Job:
+        at = now(client)
+        fields = _pending(op, scope, at, queue, priority, run_after, sending.carrier)
+        ((held, built),) = submit(client.using, fields, [new], notify=queue)
+        job = _owned(client, _held(op, scope, new, held), built, at)
+        sending.sent(job.pk, job.trace_context)
+        return job
+
+    with (
+        tracing.producer(op, queue=queue, scope=scope) as sending,
+        quotas.counted() as taken,  # given back if the write is refused or fails
+    ):
+        try:
+            taken += capacity.admit(client, scope, 1, priority, now(client))
+        except CapacityReached:
+            # A repeat of an earlier submission adds nothing: it is answered, not refused.
+            earlier = None
+            if submission.idempotency_key is not None:
+                earlier = _existing(client, op, scope, new.key, new.proposal)
+            if earlier is None:
+                raise
+            sending.sent(earlier.pk, earlier.trace_context)
+            return annotate(client, earlier)
+        if in_caller_transaction:
+            if execution is not None:
+                check_execution(execution)
+            return write()
+        if execution is not None:
+            with bounded_atomic(client.using, execution):
+                return write()
+        # The insert commits on its own and the read of a taken key changes nothing, so
+        # there is no transaction to open: it would only add BEGIN and COMMIT round trips.
+        return write()
+
+
+def defer_many(
+    client: Client,
+    operation: str,
+    submissions: Iterable[Submission],
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    run_after: datetime | None = None,
+    in_caller_transaction: bool = False,
+) -> list[Job]:
+    """Submit pending work for each submission; return their jobs in the same order.
+
+    Each follows ``defer``'s rules: an identical earlier submission returns its job
+    unchanged (a key given twice with the same proposal returns one job twice). One proposal
+    that differs from its key's earlier one refuses the whole call with
+    ``IdempotencyConflict`` and writes nothing. The rows go in a few multi-row statements
+    in one transaction (a savepoint in the caller's, with ``in_caller_transaction=True``).
+    """
+    op = validation.operation(operation)
+    queue, priority = _schedule(queue, priority, run_after)
+    items = validation.listed(submissions, "submissions")
+    news = _distinct_jobs(client, items)
+    if in_caller_transaction:
+        require_caller_transaction(client, "defer_many")
+    if not items:
+        return []
+    if not in_caller_transaction:
+        refuse_caller_transaction(client.using)  # before the quotas' counts: no SQL at all
+    at = now(client)
+
+    def write() -> list[Job]:
+        at = now(client)
+        held: dict[tuple[str, str], tuple[Job | None, bool]] = {}
+        for scope, group in _by_scope(news).items():
+            fields = _pending(op, scope, at, queue, priority, run_after, sending.carrier)
+            found = submit(client.using, fields, group, notify=queue)
+            held.update(((scope, new.key), pair) for new, pair in zip(group, found, strict=True))
+        jobs = []
+        for index, (scope, new) in enumerate(news):
+            job, built = held[scope, new.key]
+            try:
+                jobs.append(_owned(client, _held(op, scope, new, job), built, at))
+            except JobError as exc:
+                raise _of_row(exc, index, new.key) from None
+        sending.sent_many(job.trace_context for job in jobs)
+        return jobs
+
+    # One producer span for the call: its jobs share its context.
+    span_scope = ",".join(sorted({scope for scope, _ in news})) if tracing.installed() else ""
+    with (
+        tracing.producer(op, queue=queue, scope=span_scope, count=len(items)) as sending,
+        quotas.counted() as taken,  # given back if the write is refused or fails
+    ):
+        for scope, group in _by_scope(news).items():
+            taken += capacity.admit(client, scope, len(group), priority, at)
+        if in_caller_transaction:
+            with transaction.atomic(using=client.using):  # a savepoint: a refusal undoes it
+                return write()
+        with bounded_atomic(client.using):
+            return write()
+
+
+# -- what a submission becomes ---------------------------------------------------------------
+
+
+def _new_job(
+    client: Client, submission: Submission | None, job_id: Any = None, scopes: dict | None = None
+) -> tuple[str, NewJob]:
+    """Return the resolved scope and the new job of ``submission`` (validated).
+
+    ``scopes`` remembers scopes already resolved, for a call of many submissions.
+    """
+    if submission is None:
+        submission = Submission(scope=None, idempotency_key=None, proposal=EMPTY_PROPOSAL)
+    if not isinstance(submission, Submission):
+        raise InputInvalid("Pass a Submission (Submission.of(scope, key, payload)).")
+    given = submission.scope
+    if scopes is None or not (given is None or isinstance(given, str)):
+        scope = resolve_scope(client, given)
+    elif (scope := scopes.get(given)) is None:
+        scope = scopes[given] = resolve_scope(client, given)
+    pk = uuid.uuid4() if job_id is None else validation.job_id(job_id)
+    key = submission.idempotency_key
+    key = str(pk) if key is None else validation.idempotency_key(key)
+    proposal = validation.json_text(submission.proposal, "proposal")
+    return scope, NewJob(pk, key, proposal, proposal_sha256(proposal))
+
+
+def _distinct_jobs(client: Client, items: list) -> list[tuple[str, NewJob]]:
+    """Return each submission's scope and new job, a repeated key sharing its first job."""
+    if len(items) > MAX_SUBMISSIONS:
+        raise InputInvalid(
+            f"{len(items)} submissions in one call; the most is {MAX_SUBMISSIONS}. Split them."
+        )
+    news: list[tuple[str, NewJob]] = []
+    first: dict[tuple[str, str], tuple[int, NewJob]] = {}
+    scopes: dict[str | None, str] = {}
+    for index, submission in enumerate(items):
+        try:
+            scope, new = _new_job(client, submission, scopes=scopes)
+        except JobError as exc:
+            raise _of_row(exc, index, getattr(submission, "idempotency_key", None)) from None
+        earlier = first.setdefault((scope, new.key), (index, new))
+        if earlier[1].proposal != new.proposal:
+            raise IdempotencyConflict(
+                f"Submissions {earlier[0]} and {index} of this call share the key {new.key!r} "
+                f"(scope {scope!r}) with different proposals; nothing was written. Give "
+                f"different input different idempotency keys."
+            )
+        news.append((scope, earlier[1]))
+    return news
+
+
+def _pending(
+    operation: str,
+    scope: str,
+    at: datetime,
+    queue: str,
+    priority: int,
+    run_after: datetime | None,
+    trace_context: str | None,
+) -> dict[str, Any]:
+    """Return the columns a call's pending rows share (one producer span's context too)."""
+    return {
+        "operation": operation,
+        "scope": scope,
+        "status": JobStatus.PENDING.value,
+        "created_at": at,
+        "run_after": at if run_after is None else run_after,
+        "queue": queue,
+        "priority": priority,
+        "trace_context": trace_context,
+    }
+
+
+def _schedule(queue: Any, priority: Any, run_after: Any) -> tuple[str, int]:
+    """Validate the scheduling options; return the queue and priority."""
+    queue = "default" if queue is None else validation.name(queue, "queue")
+    priority = validation.priority(priority)
+    if run_after is not None:
+        validation.aware(run_after, "run_after")
+    return queue, priority
+
+
+def _by_scope(news: list[tuple[str, NewJob]]) -> dict[str, list[NewJob]]:
+    """Group the distinct new jobs by scope, in order (one submit statement per scope)."""
+    groups: dict[str, dict[str, NewJob]] = {}
+    for scope, new in news:
+        groups.setdefault(scope, {}).setdefault(new.key, new)
+    return {scope: list(group.values()) for scope, group in groups.items()}
+
+
+# -- judging the rows that hold the keys -----------------------------------------------------
+
+
+def _existing(client: Client, operation: str, scope: str, key: str, proposal: str) -> Job | None:
+    """Return the earlier identical submission, refuse a different one, or None."""
+    # No ORDER BY (``first()`` would add one): the unique key holds at most one row.
+    rows = Job.objects.using(client.using).filter(
+        scope=scope, operation=operation, idempotency_key=key
+    )
+    row = next(iter(rows.order_by()[:1]), None)
+    if row is not None and (
+        row.proposal_hash != proposal_sha256(proposal) or row.proposal != proposal
+    ):
+        raise _conflict(operation, scope, key, row)
+    return row
+
+
+def _conflict(operation: str, scope: str, key: str, row: Job) -> IdempotencyConflict:
+    return IdempotencyConflict(
+        f"{operation!r} with key {key!r} in scope {scope!r} was already submitted with a "
+        f"different proposal (job {row.pk}); use a new idempotency key for new input."
+    )
+
+
+def _held(operation: str, scope: str, new: NewJob, held: Job | None) -> Job:
+    """Return the job holding ``new``'s key when its proposal is the same; refuse otherwise."""
+    if held is None:  # the insert skipped the row, yet no job holds its key: its id is taken
+        raise InputInvalid(f"Job id {new.pk} is already in use; omit job_id.")
+    if held.proposal_hash != new.proposal_hash or held.proposal != new.proposal:
+        raise _conflict(operation, scope, new.key, held)
+    return held
+
+
+def _owned(client: Client, job: Job, built: bool, at: datetime) -> Job:
+    """Set ``job.ownership``; a pending job built from what was just inserted is unclaimed."""
+    if built and job.status == JobStatus.PENDING:
+        # Authentic by construction: validated JSON, its own SHA-256, no owner, no lease.
+        job.ownership = Ownership.UNCLAIMED
+        return job
+    return annotate(client, job, at)
+
+
+def _of_row(exc: JobError, index: int, key: Any) -> JobError:
+    """Return ``exc`` with a message naming the submission it is about."""
+    where = f"Submission {index}" + (f" (key {key!r})" if key is not None else "")
+    return type(exc)(f"{where}: {exc.message} Nothing from this call was written.", code=exc.code)

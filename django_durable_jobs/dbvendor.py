@@ -302,3 +302,16 @@ def misconfiguration(vendor: str, exc: BaseException) -> str | None:
     if not isinstance(exc, OperationalError | InterfaceError):
         return f"the database refused a query ({type(exc).__name__})"
     return None
+
+
+# -- for the worker's wake-ups (rooms-worker)
+
+
+def listen_statement(using: str) -> str | None:
+    """Return the statement that subscribes a session to ``notify_work``'s wake-ups.
+
+    None where the database has no LISTEN/NOTIFY: workers there find new work by polling.
+    """
+    if connections[using].vendor != "postgresql":
+        return None
+    return f"LISTEN {WORK_CHANNEL}"

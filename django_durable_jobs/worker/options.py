@@ -15,7 +15,9 @@ from typing import Any
 from django.db import connections
 
 from .. import registry, validation
-from ..errors import InputInvalid
+from ..conf import jobs_settings
+from ..errors import InputInvalid, JobError
+from .scheduler import declared, refusal
 
 # (low, high) of each numeric option; a job thread holds a database connection, a lease is
 # renewed every third of its length, and a wait longer than ``threading.TIMEOUT_MAX`` overflows.
@@ -39,7 +41,10 @@ __all__ = [
     "TIMEOUT_GRACE",
     "WorkerOptions",
     "check",
+    "check_processes",
+    "check_schedules",
     "seconds",
+    "setting_lease_seconds",
     "whole",
 ]
 
@@ -99,6 +104,32 @@ def check(options: WorkerOptions) -> None:
             f"--database must name an alias of settings.DATABASES ({aliases}); "
             f"got {options.using!r}."
         )
+
+
+def check_processes(processes: Any) -> int:
+    """Return ``processes`` (``runjobs --processes``) when it is within bounds; else raise."""
+    return whole(processes, "--processes", PROCESSES)
+
+
+def setting_lease_seconds() -> float:
+    """Return ``DURABLE_JOBS['LEASE_SECONDS']``, checked as ``--lease-seconds`` is.
+
+    A refusal names the setting, not the option: the command line did not give one.
+    """
+    return seconds(jobs_settings.LEASE_SECONDS, "DURABLE_JOBS['LEASE_SECONDS']", LEASE_SECONDS)
+
+
+def check_schedules(options: WorkerOptions) -> None:
+    """Raise ValueError saying why a declared schedule refuses the start, when schedules run.
+
+    Pure: settings and registry, checked before any child process or database connection.
+    """
+    if not options.schedules:
+        return
+    try:
+        declared()
+    except JobError as exc:
+        raise ValueError(refusal(exc)) from exc
 
 
 def whole(value: Any, option: str, bounds: tuple[int, int]) -> int:

@@ -7,6 +7,7 @@ and may change.
 """
 
 from .context import JobContext
+from .inprocess import InProcessRunner
 from .options import (
     TIMEOUT_GRACE,
     WorkerOptions,
@@ -34,6 +35,7 @@ __all__ = [
     "AttemptEnd",
     "AttemptReport",
     "ExecutionReport",
+    "InProcessRunner",
     "JobContext",
     "RestartRule",
     "Worker",

@@ -1,8 +1,8 @@
 """One attempt: build the context of a claim, call its executor, and turn how it ended into an outcome.
 
 The *executor* is the callable that does the job's work, ``executor(ctx)``: the function a worker
-registered with ``@operation``, or the one given to ``JobManager``. Whatever it does becomes an
-:class:`~django_durable_jobs.values.Outcome`: return → ``complete`` (even after a late
+registered with ``@operation``, or the one given to ``InProcessRunner``. Whatever it does becomes
+an :class:`~django_durable_jobs.values.Outcome`: return → ``complete`` (even after a late
 cancellation request: finished work is recorded as finished); ``JobCancelled`` → ``cancelled``
 (when a request was recorded; otherwise ``failed``); any other exception → ``failed`` with its
 message, and the exception's class path and traceback for the attempt's history row (the report
@@ -115,7 +115,7 @@ def run_and_record(
     *,
     retry_until: Callable[[], bool] | None = None,
 ) -> AttemptReport:
-    """Run ``executor(ctx)``, record its outcome at once and return the report (``JobManager``).
+    """Run ``executor(ctx)``, record its outcome at once and return the report (in-process runs).
 
     The rules and the write are the worker's (:func:`run`, ``record_outcomes``), one attempt
     per transaction instead of a batch. A database error is retried while ``retry_until()``

@@ -1,8 +1,8 @@
 """How an attempt ended, as the process that ran it reports it: ``AttemptReport`` and its log line.
 
 A report is made once the attempt's outcome committed, could not be written, or was never
-needed; the worker counts it, ``JobManager.report()`` returns it, and both log it the same way:
-at INFO, or at WARNING with the traceback for a failed attempt.
+needed; the worker counts it, ``InProcessRunner.report()`` returns it, and both log it the same
+way: at INFO, or at WARNING with the traceback for a failed attempt.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from .options import (
     check_schedules,
     setting_lease_seconds,
 )
-from .reports import AttemptEnd, AttemptReport, ExecutionReport, summary_line
+from .reports import AttemptReport, ExecutionReport, Unwritten, summary_line
+from .reports import deprecated as _deprecated
 from .runner import Worker
 from .supervisor import (
     CRASH_LOOP_DEATHS,
@@ -32,12 +33,12 @@ __all__ = [
     "MAX_RESTART_DELAY",
     "RESTART_DELAY",
     "TIMEOUT_GRACE",
-    "AttemptEnd",
     "AttemptReport",
     "ExecutionReport",
     "InProcessRunner",
     "JobContext",
     "RestartRule",
+    "Unwritten",
     "Worker",
     "WorkerOptions",
     "check_processes",
@@ -46,3 +47,8 @@ __all__ = [
     "summary_line",
     "supervise",
 ]
+
+
+def __getattr__(name: str):
+    """Return a former name of this package (``AttemptEnd``) with a ``DeprecationWarning``."""
+    return _deprecated(name, __name__)

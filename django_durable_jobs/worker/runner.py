@@ -30,6 +30,7 @@ from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
 from ..terminal import printable
 from ..values import Claimed, Outcome
+from ..vocabulary import AttemptOutcomeChoice
 from .attempt import context_of, registered_executor, run, stopped_by_lost_lease
 from .clock import ClockCheck
 from .clock import describe as describe_skew
@@ -40,7 +41,7 @@ from .held import Held, HeldState
 from .holdings import Holdings
 from .listener import NotifyListener
 from .options import WorkerOptions
-from .reports import AttemptEnd, AttemptReport, log
+from .reports import AttemptReport, Ended, Unwritten, log
 from .scheduler import Scheduler, declared
 from .shutdown import Shutdown
 from .startup import until_reachable, wait_for_database
@@ -82,7 +83,7 @@ class Worker:
         self.stopped = threading.Event()
         self.idle = threading.Event()  # tests wait on this: nothing held, nothing claimable
         self.claimed = 0
-        self.outcomes: Counter[AttemptEnd] = Counter()
+        self.outcomes: Counter[Ended] = Counter()
         self.drained = False  # the last claim found less than it asked for
         self.thread_numbers = itertools.count(1)  # names of job threads, replacements included
         self.completer = Completer(
@@ -328,10 +329,12 @@ class Worker:
             self.timeouts.discard(entry, duration)
             return False
         if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
-            self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.COMPLETE, duration))
+            self._recorded(
+                entry, AttemptReport.of(entry.claim, AttemptOutcomeChoice.COMPLETE, duration)
+            )
             return True
         if stopped_by_lost_lease(entry.ctx, outcome):  # nothing is written; the lease expires
-            lost = AttemptReport.of(entry.claim, AttemptEnd.LEASE_LOST, duration, outcome.error)
+            lost = AttemptReport.of(entry.claim, Unwritten.LEASE_LOST, duration, outcome.error)
             self._recorded(entry, lost)
             return True
         self.wake.set()
@@ -387,7 +390,7 @@ class Worker:
         """Return how many job threads were given up on after a timeout."""
         return self.timeouts.abandoned
 
-    def ended_counts(self) -> Counter[AttemptEnd]:
+    def ended_counts(self) -> Counter[Ended]:
         """Return how many attempts ended each way so far (a copy)."""
         with self.holdings.lock:
             return Counter(self.outcomes)

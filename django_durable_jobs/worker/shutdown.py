@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 
 from ..errors import LeaseLost
+from ..vocabulary import AttemptOutcomeChoice
 from .connections import reset_broken_connections
 from .held import Held, HeldState
 from .holdings import Holdings
-from .reports import AttemptEnd, AttemptReport
+from .reports import AttemptReport
 from .signals import relay_signals
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class Shutdown:
                 return
         logger.info("released %d claimed job(s) that never started", released)
         for entry in entries:
-            self.on_ended(entry, AttemptReport.of(entry.claim, AttemptEnd.RELEASED, 0.0))
+            self.on_ended(entry, AttemptReport.of(entry.claim, AttemptOutcomeChoice.RELEASED, 0.0))
 
     def _cancel_running(self) -> None:
         """Record a cancellation request for every running job, then tell its executor.

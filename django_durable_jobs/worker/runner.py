@@ -46,7 +46,7 @@ from .scheduler import Scheduler, declared
 from .shutdown import Shutdown
 from .startup import until_reachable, wait_for_database
 from .timeouts import Timeouts
-from .unregistered import notice_unregistered
+from .unregistered import UnregisteredWatch
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -109,6 +109,7 @@ class Worker:
             abandoned_running=lambda: self.timeouts.abandoned_running,
         )
         self.stopping = self.shutdown.stopping
+        self.unregistered = UnregisteredWatch(self.store, self.operations, options.queues)
         # No claims while this host's clock is too far from the database's (see clock.py).
         self.clock_check = ClockCheck(self.store, options.lease_seconds, on_resume=self.wake.set)
         # Declared schedules are checked here, before the database: a bad one refuses the start.
@@ -205,7 +206,10 @@ class Worker:
                 self.report(self.status_line())
             if claimed and not self.drained:
                 continue  # a full batch: more may be waiting
-            notice_unregistered(self)  # drained: warn of due jobs no alive worker runs
+            # Drained: warn of due jobs no alive worker runs. Not while busy: a backlog of its own
+            # operations would make the sample read more rows than it needs.
+            if self.drained:
+                self.unregistered.look()
             busy = bool(self.holdings)
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:

@@ -454,3 +454,16 @@ def counted_insert_sql(
         sql += f", CASE WHEN count(*) > 0 THEN {expression} END"
         params.extend(notice_params)
     return sql + " FROM ins", params
+
+
+# -- for the worker's wake-ups (rooms-worker)
+
+
+def listen_statement(using: str) -> str | None:
+    """Return the statement that subscribes a session to ``notify_work``'s wake-ups.
+
+    None where the database has no LISTEN/NOTIFY: workers there find new work by polling.
+    """
+    if connections[using].vendor != "postgresql":
+        return None
+    return f"LISTEN {WORK_CHANNEL}"

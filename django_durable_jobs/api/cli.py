@@ -9,19 +9,22 @@ and :func:`handle_token` to run it. A new token is printed once and never stored
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from .. import registry, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError
-from ..management.commands import _jobs_format as jobs_format
 from ..models import ApiToken
+from ..terminal import printable, printable_json
 from .tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
 
 DURATION_RE = re.compile(r"(\d+)([wdhms])")
@@ -214,10 +217,10 @@ def _list(options: dict[str, Any], stdout) -> int:
         rows = rows.filter(revoked_at__isnull=True)
     data = [_token_row(row) for row in rows]
     if options.get("json"):
-        stdout.write(jobs_format.dumps(data) + "\n")
+        stdout.write(_dumps(data) + "\n")
     elif data:
         cells = [[row[key] for key, _ in TOKEN_COLUMNS] for row in data]
-        stdout.write(jobs_format.aligned([title for _, title in TOKEN_COLUMNS], cells) + "\n")
+        stdout.write(_aligned([title for _, title in TOKEN_COLUMNS], cells) + "\n")
     else:
         stdout.write("No tokens match.\n")
     return 0
@@ -244,3 +247,31 @@ def _token_row(row: ApiToken) -> dict[str, Any]:
         "last_used_at": iso(row.last_used_at),
         "revoked_at": iso(row.revoked_at),
     }
+
+
+# -- how tokens are printed: as ``manage.py jobs`` prints jobs ----------------------------------
+# The jobs command's formatter is the management package's; the REST API imports nothing from
+# it, so these two are its own (tests/commands/test_token_list.py holds them to the same output).
+
+
+def _dumps(value: Any) -> str:
+    """Return ``value`` as indented JSON, escaped for a terminal."""
+    return printable_json(json.dumps(value, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False))
+
+
+def _aligned(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Return ``rows`` under ``header`` as columns padded to their widest cell, two spaces apart.
+
+    Each cell is printed as one line, ``-`` when it is None or empty.
+    """
+    cells = [list(header)]
+    cells += [[_scalar(value) for value in row] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
+def _scalar(value: Any) -> str:
+    return "-" if value is None or value == "" else printable(value, keep_newlines=False)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from ..conf import jobs_settings
 from ..models import Schedule
 from ..schedules import could_be_name
-from ..store.schedules import ScheduleNotFound
+from ..store import ScheduleNotFound
 from . import auth, schemas
 from .errors import NoSuchSchedule
 from .routes import READ_ERRORS, _store, refusals, router

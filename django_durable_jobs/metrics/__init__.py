@@ -18,7 +18,7 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..worker.reports import AttemptReport
+    from ..worker import AttemptReport
     from .recorder import Recorder
 
 __all__ = [

@@ -16,7 +16,7 @@ from prometheus_client import Counter, Histogram
 from . import WRITES
 
 if TYPE_CHECKING:
-    from ..worker.reports import AttemptReport
+    from ..worker import AttemptReport
 
 PREFIX = "durable_jobs"
 

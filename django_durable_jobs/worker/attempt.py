@@ -1,8 +1,8 @@
 """One attempt: build the context of a claim, call its executor, and turn how it ended into an outcome.
 
 The *executor* is the callable that does the job's work, ``executor(ctx)``: the function a worker
-registered with ``@operation``, or the one given to ``JobManager``. Whatever it does becomes an
-:class:`~django_durable_jobs.values.Outcome`: return → ``complete`` (even after a late
+registered with ``@operation``, or the one given to ``InProcessRunner``. Whatever it does becomes
+an :class:`~django_durable_jobs.values.Outcome`: return → ``complete`` (even after a late
 cancellation request: finished work is recorded as finished); ``JobCancelled`` → ``cancelled``
 (when a request was recorded; otherwise ``failed``); any other exception → ``failed`` with its
 message, and the exception's class path and traceback for the attempt's history row (the report
@@ -16,16 +16,15 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
 from .. import registry, tracing
 from ..errors import JobCancelled
-from ..values import Claimed, Lease, Outcome
+from ..values import Claimed, Outcome
 from ..vocabulary import AttemptOutcomeChoice
 from .connections import persist
 from .context import JobContext
-from .reports import AttemptEnd, AttemptReport, log, report_recorded
+from .reports import AttemptReport, Unwritten, log, report_recorded
 
 if TYPE_CHECKING:
     from ..store import DurableJobStore
@@ -34,24 +33,6 @@ if TYPE_CHECKING:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 
 Executor = Callable[[JobContext], Any]
-
-
-class ExecutorExit(Enum):
-    """How ``executor(ctx)`` ended, before anything is written."""
-
-    RETURNED = auto()  # → complete, with the value it returned
-    RAISED = auto()  # → failed, with the exception's message
-    STOPPED = auto()  # raised JobCancelled → cancelled (failed without a recorded request)
-    COMPLETED_ITSELF = auto()  # ctx.complete_atomically wrote the outcome already
-
-
-# What an attempt's span says of how the executor ended.
-_TRACED = {
-    ExecutorExit.RETURNED: "complete",
-    ExecutorExit.COMPLETED_ITSELF: "complete",
-    ExecutorExit.RAISED: "failed",
-    ExecutorExit.STOPPED: "cancelled",
-}
 
 
 def context_of(
@@ -98,13 +79,9 @@ def run(ctx: JobContext, executor: Executor) -> Outcome | None:
     The attempt's consumer span (``tracing``) is current while the executor runs.
     """
     with tracing.consumer(ctx._job) as span:
-        how, value = _call(executor, ctx)
-        span.ended(
-            _TRACED[how], value if how is ExecutorExit.RAISED else None, lease_lost=ctx.lease_lost
-        )
-    if how is ExecutorExit.COMPLETED_ITSELF:
-        return None
-    return outcome_of(ctx.lease, how, value)
+        outcome, raised = _call(executor, ctx)
+        span.ended(_traced(outcome, raised), raised, lease_lost=ctx.lease_lost)
+    return outcome
 
 
 def run_and_record(
@@ -115,7 +92,7 @@ def run_and_record(
     *,
     retry_until: Callable[[], bool] | None = None,
 ) -> AttemptReport:
-    """Run ``executor(ctx)``, record its outcome at once and return the report (``JobManager``).
+    """Run ``executor(ctx)``, record its outcome at once and return the report (in-process runs).
 
     The rules and the write are the worker's (:func:`run`, ``record_outcomes``), one attempt
     per transaction instead of a batch. A database error is retried while ``retry_until()``
@@ -124,10 +101,10 @@ def run_and_record(
     started = time.monotonic()
     outcome = run(ctx, executor)
     if outcome is None:
-        report = AttemptReport.of(claim, AttemptEnd.COMPLETE, time.monotonic() - started)
+        report = AttemptReport.of(claim, AttemptOutcomeChoice.COMPLETE, time.monotonic() - started)
     elif stopped_by_lost_lease(ctx, outcome):
         report = AttemptReport.of(
-            claim, AttemptEnd.LEASE_LOST, time.monotonic() - started, outcome.error
+            claim, Unwritten.LEASE_LOST, time.monotonic() - started, outcome.error
         )
     else:
         (recorded,) = persist(
@@ -157,26 +134,34 @@ def stopped_by_lost_lease(ctx: JobContext | None, outcome: Outcome | None) -> bo
     )
 
 
-def outcome_of(lease: Lease, how: ExecutorExit, value: Any) -> Outcome:
-    """Return the outcome to record for an executor that ended as ``how`` says."""
-    if how is ExecutorExit.RETURNED:
-        return Outcome.of_result(lease, value)
-    if how is ExecutorExit.STOPPED:
-        return Outcome.stopped(lease)
-    return Outcome.of_error(lease, value)
+def _call(executor: Executor, ctx: JobContext) -> tuple[Outcome | None, Exception | None]:
+    """Run ``executor(ctx)``; return the outcome it ended with, and the exception it raised.
 
-
-def _call(executor: Executor, ctx: JobContext) -> tuple[ExecutorExit, Any]:
-    """Run ``executor(ctx)``; return how it ended and its value or exception."""
+    The outcome is None when the executor completed the job itself (``ctx.complete_atomically``):
+    there is nothing left to record.
+    """
     try:
         value = executor(ctx)
     except JobCancelled:
-        return ExecutorExit.STOPPED, None
+        return Outcome.stopped(ctx.lease), None
     except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure
-        return ExecutorExit.RAISED, _from_job_code(exc)  # logged with its traceback at the end
+        raised = _from_job_code(exc)  # logged with its traceback at the end
+        return Outcome.of_error(ctx.lease, raised), raised
     if ctx.completed:
-        return ExecutorExit.COMPLETED_ITSELF, None
-    return ExecutorExit.RETURNED, value
+        return None, None
+    return Outcome.of_result(ctx.lease, value), None
+
+
+def _traced(outcome: Outcome | None, raised: Exception | None) -> str:
+    """Return what the attempt's span says of how the executor ended, as its code saw it.
+
+    A value it returned is ``complete`` there even when the store refuses it as a result.
+    """
+    if raised is not None:
+        return "failed"
+    if outcome is not None and outcome.status == AttemptOutcomeChoice.CANCELLED:
+        return "cancelled"
+    return "complete"
 
 
 def _from_job_code(error: Exception) -> Exception:

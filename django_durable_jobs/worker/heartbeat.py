@@ -1,8 +1,9 @@
 """The heartbeat thread: one beat every lease/3 seconds, each renewing every held lease at once.
 
 What a beat does is the owner's: the worker renews its holdings and refreshes its worker row,
-``JobManager`` renews its holdings (see ``Holdings.renew``). The worker's heartbeat runs from
-start to stop; the manager's runs while it holds anything, and starts again with its next job.
+``InProcessRunner`` renews its holdings (see ``Holdings.renew``). The worker's heartbeat runs
+from start to stop; the in-process runner's runs while it holds anything, and starts again with
+its next job.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ class Heartbeat:
     """Call ``beat()`` every ``interval`` seconds in a thread of its own, between start and stop.
 
     Neither method blocks on the database; callers that start and stop it from several
-    threads serialise the calls themselves (the manager does under its holdings' lock).
+    threads serialise the calls themselves (the in-process runner does under its holdings' lock).
     """
 
     def __init__(self, interval: float, beat: Callable[[], object], *, name: str) -> None:

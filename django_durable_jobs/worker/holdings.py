@@ -1,6 +1,6 @@
 """Holdings: every claim a process holds, under one lock, and one heartbeat pass over them all.
 
-``Worker`` and ``JobManager`` both keep their claims here, from the claim until the outcome
+``Worker`` and ``InProcessRunner`` both keep their claims here, from the claim until the outcome
 committed, so both renew their leases the same way: every lease in one fenced statement
 (``DurableJobStore.renew_leases``), passing what the rows say (a cancellation request, a lost
 lease) to the executors.
@@ -31,7 +31,7 @@ class Holdings:
     """The claims one store client holds; methods marked so need ``lock`` held by the caller.
 
     The lock also guards whatever the owner counts alongside (the worker's tallies, the
-    manager's finished executors), so that both change together.
+    in-process runner's finished executors), so that both change together.
     """
 
     def __init__(self, store: DurableJobStore) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..dbvendor import WORK_CHANNEL
+from ..dbvendor import listen_statement
 from ..terminal import printable
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -41,7 +41,8 @@ class NotifyListener(threading.Thread):
 
     @staticmethod
     def supported(using: str) -> bool:
-        return connections[using].vendor == "postgresql"
+        """Return True when the database of ``using`` can notify (see ``dbvendor``)."""
+        return listen_statement(using) is not None
 
     def run(self) -> None:
         delay = RECONNECT_MIN_SECONDS
@@ -84,7 +85,7 @@ class NotifyListener(threading.Thread):
             raw.autocommit = True
             cursor = raw.cursor()
             try:
-                cursor.execute(f"LISTEN {WORK_CHANNEL}")
+                cursor.execute(listen_statement(self.using))
             finally:
                 cursor.close()
         except BaseException:

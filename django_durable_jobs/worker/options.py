@@ -1,4 +1,4 @@
-"""What ``runjobs`` may be asked: the bounds of each option and the check of a ``WorkerOptions``.
+"""What ``runjobs`` may be asked: ``WorkerOptions``, the bounds of each option and their check.
 
 Every refusal is a ``ValueError`` whose message names the option as ``runjobs`` spells it and
 says what it accepts, raised before the worker touches the database (``runjobs`` turns it into a
@@ -9,15 +9,15 @@ parse) or from code building ``WorkerOptions`` directly.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections
 
 from .. import registry, validation
-from ..errors import InputInvalid
-
-if TYPE_CHECKING:
-    from .runner import WorkerOptions
+from ..conf import jobs_settings
+from ..errors import InputInvalid, JobError
+from .scheduler import declared, refusal
 
 # (low, high) of each numeric option; a job thread holds a database connection, a lease is
 # renewed every third of its length, and a wait longer than ``threading.TIMEOUT_MAX`` overflows.
@@ -28,6 +28,7 @@ MAX_JOBS = (1, 1_000_000_000)
 LEASE_SECONDS = (0.1, 86_400.0)
 POLL_SECONDS = (0.01, 3_600.0)
 GRACE_SECONDS = (0.0, 86_400.0)
+TIMEOUT_GRACE = 5.0  # seconds a timed-out executor gets to stop before it is abandoned
 
 __all__ = [
     "CONCURRENCY",
@@ -37,10 +38,40 @@ __all__ = [
     "POLL_SECONDS",
     "PREFETCH",
     "PROCESSES",
+    "TIMEOUT_GRACE",
+    "WorkerOptions",
     "check",
+    "check_processes",
+    "check_schedules",
     "seconds",
+    "setting_lease_seconds",
     "whole",
 ]
+
+
+@dataclass
+class WorkerOptions:
+    """What ``runjobs`` was asked to do; checked before anything starts."""
+
+    concurrency: int = 4
+    prefetch: int | None = None  # claimed jobs waiting for a job thread; None: = concurrency
+    operations: list[str] | None = None
+    queues: list[str] | None = None
+    lease_seconds: float = 30.0
+    poll: float = 1.0
+    burst: bool = False
+    max_jobs: int | None = None
+    scope: str | None = None
+    grace: float = 30.0
+    timeout_grace: float = TIMEOUT_GRACE  # a timed-out attempt's time to stop before abandonment
+    using: str | None = None
+    actor: str | None = None
+    status_every: float | None = None
+    schedules: bool = True  # run the scheduler (runjobs --no-schedules turns it off)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the option that cannot work."""
+        check(self)
 
 
 def check(options: WorkerOptions) -> None:
@@ -73,6 +104,32 @@ def check(options: WorkerOptions) -> None:
             f"--database must name an alias of settings.DATABASES ({aliases}); "
             f"got {options.using!r}."
         )
+
+
+def check_processes(processes: Any) -> int:
+    """Return ``processes`` (``runjobs --processes``) when it is within bounds; else raise."""
+    return whole(processes, "--processes", PROCESSES)
+
+
+def setting_lease_seconds() -> float:
+    """Return ``DURABLE_JOBS['LEASE_SECONDS']``, checked as ``--lease-seconds`` is.
+
+    A refusal names the setting, not the option: the command line did not give one.
+    """
+    return seconds(jobs_settings.LEASE_SECONDS, "DURABLE_JOBS['LEASE_SECONDS']", LEASE_SECONDS)
+
+
+def check_schedules(options: WorkerOptions) -> None:
+    """Raise ValueError saying why a declared schedule refuses the start, when schedules run.
+
+    Pure: settings and registry, checked before any child process or database connection.
+    """
+    if not options.schedules:
+        return
+    try:
+        declared()
+    except JobError as exc:
+        raise ValueError(refusal(exc)) from exc
 
 
 def whole(value: Any, option: str, bounds: tuple[int, int]) -> int:

@@ -1,13 +1,14 @@
 """How an attempt ended, as the process that ran it reports it: ``AttemptReport`` and its log line.
 
 A report is made once the attempt's outcome committed, could not be written, or was never
-needed; the worker counts it, ``JobManager.report()`` returns it, and both log it the same way:
-at INFO, or at WARNING with the traceback for a failed attempt.
+needed; the worker counts it, ``InProcessRunner.report()`` returns it, and both log it the same
+way: at INFO, or at WARNING with the traceback for a failed attempt.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -23,32 +24,35 @@ from ..vocabulary import AttemptOutcomeChoice
 logger = logging.getLogger("django_durable_jobs.worker")
 
 __all__ = [
-    "AttemptEnd",
     "AttemptReport",
+    "Ended",
     "ExecutionReport",
+    "Unwritten",
     "log",
     "report_recorded",
     "summary_line",
 ]
 
 
-class AttemptEnd(StrEnum):
-    """What a report says of an attempt: the outcome written, or why none was.
+class Unwritten(StrEnum):
+    """Why a report carries no written outcome: the fence refused it, or the database did."""
 
-    The written ones are the words of the attempt's history row (``AttemptOutcomeChoice``).
-    """
+    LEASE_LOST = "lease-lost"  # another attempt owns the job
+    UNRECORDED = "unrecorded"  # the database refused the outcome or stayed unavailable
 
-    COMPLETE = AttemptOutcomeChoice.COMPLETE.value
-    FAILED = AttemptOutcomeChoice.FAILED.value
-    CANCELLED = AttemptOutcomeChoice.CANCELLED.value
-    RELEASED = AttemptOutcomeChoice.RELEASED.value  # handed back unstarted by a stopping worker
-    LEASE_LOST = "lease-lost"  # nothing written: another attempt owns the job
-    UNRECORDED = "unrecorded"  # nothing written: the database refused or stayed unavailable
+
+# What a report says of an attempt: the status written, the word of the attempt's history row
+# (``AttemptOutcomeChoice``, the ``Outcome``'s own), or why none was.
+Ended = AttemptOutcomeChoice | Unwritten
 
 
 @dataclass(frozen=True)
 class AttemptReport:
     """One attempt that ended: which, how (``outcome``), after how long, and the error if any.
+
+    ``outcome`` is the status written (``AttemptOutcomeChoice``: ``complete``, ``failed``,
+    ``cancelled``, ``released``), or why none was (``Unwritten``: ``lease-lost``,
+    ``unrecorded``); both compare equal to their words.
 
     ``traceback`` is the exception's when the executor raised (as the history row keeps it); two
     reports compare equal whatever their tracebacks.
@@ -58,7 +62,7 @@ class AttemptReport:
     operation: str
     attempt: int
     epoch: int
-    outcome: AttemptEnd
+    outcome: Ended
     duration: float
     error: str | None = None
     traceback: str | None = field(default=None, compare=False, repr=False)
@@ -67,7 +71,7 @@ class AttemptReport:
     def of(
         cls,
         claim: Claimed,
-        outcome: AttemptEnd,
+        outcome: Ended,
         duration: float,
         error: str | None = None,
         *,
@@ -94,11 +98,11 @@ ExecutionReport = AttemptReport
 def report_recorded(claim: Claimed, recorded: Recorded, duration: float) -> AttemptReport:
     """Return the report of what ``record_outcomes`` did with ``claim``'s outcome."""
     if recorded.status is not None:
-        end, error = AttemptEnd(recorded.status), recorded.error
+        end, error = AttemptOutcomeChoice(recorded.status), recorded.error
     elif isinstance(recorded.refusal, LeaseLost):
-        end, error = AttemptEnd.LEASE_LOST, recorded.refusal.message
+        end, error = Unwritten.LEASE_LOST, recorded.refusal.message
     else:
-        end, error = AttemptEnd.UNRECORDED, str(recorded.refusal)
+        end, error = Unwritten.UNRECORDED, str(recorded.refusal)
     return AttemptReport.of(claim, end, duration, error, traceback=recorded.outcome.traceback)
 
 
@@ -108,7 +112,7 @@ def log(report: AttemptReport) -> None:
     The operation and error (job code's words) are escaped to one printable line, the traceback
     keeps its newlines: nothing they hold can steer a terminal or forge another log line.
     """
-    failed = report.outcome == AttemptEnd.FAILED
+    failed = report.outcome == AttemptOutcomeChoice.FAILED
     logger.log(
         logging.WARNING if failed else logging.INFO,
         "job %s %s attempt=%s epoch=%s outcome=%s duration=%.3fs%s%s",
@@ -124,18 +128,23 @@ def log(report: AttemptReport) -> None:
 
 
 # What the summary says of each end, always (the first four) or when it happened (the rest).
-SUMMARY_WORDS = {
-    AttemptEnd.COMPLETE: "complete",
-    AttemptEnd.FAILED: "failed",
-    AttemptEnd.CANCELLED: "cancelled",
-    AttemptEnd.LEASE_LOST: "lost (another attempt took over)",
-    AttemptEnd.UNRECORDED: "unrecorded (the database refused the outcome)",
-    AttemptEnd.RELEASED: "released unstarted",
+SUMMARY_WORDS: dict[Ended, str] = {
+    AttemptOutcomeChoice.COMPLETE: "complete",
+    AttemptOutcomeChoice.FAILED: "failed",
+    AttemptOutcomeChoice.CANCELLED: "cancelled",
+    Unwritten.LEASE_LOST: "lost (another attempt took over)",
+    Unwritten.UNRECORDED: "unrecorded (the database refused the outcome)",
+    AttemptOutcomeChoice.RELEASED: "released unstarted",
 }
-ALWAYS_SAID = (AttemptEnd.COMPLETE, AttemptEnd.FAILED, AttemptEnd.CANCELLED, AttemptEnd.LEASE_LOST)
+ALWAYS_SAID = (
+    AttemptOutcomeChoice.COMPLETE,
+    AttemptOutcomeChoice.FAILED,
+    AttemptOutcomeChoice.CANCELLED,
+    Unwritten.LEASE_LOST,
+)
 
 
-def summary_line(outcomes: Mapping[AttemptEnd, int], elapsed: float, *, abandoned: int = 0) -> str:
+def summary_line(outcomes: Mapping[Ended, int], elapsed: float, *, abandoned: int = 0) -> str:
     """Return the one line a worker that ran to its end prints: how its attempts ended.
 
     ``outcomes`` counts the attempts by how they ended (``Worker.outcomes``); ``abandoned``
@@ -155,3 +164,45 @@ def summary_line(outcomes: Mapping[AttemptEnd, int], elapsed: float, *, abandone
         )
         line += f"; {threads % {'count': abandoned}}"
     return line + "."
+
+
+class _AttemptEnd:
+    """The words of the former ``AttemptEnd`` enum, as the types that now carry them.
+
+    A report's ``outcome`` is the written status (``AttemptOutcomeChoice``) or why none was
+    written (``Unwritten``); ``AttemptEnd.FAILED`` is ``AttemptOutcomeChoice.FAILED`` and
+    ``AttemptEnd("lease-lost")`` is ``Unwritten.LEASE_LOST``.
+    """
+
+    COMPLETE = AttemptOutcomeChoice.COMPLETE
+    FAILED = AttemptOutcomeChoice.FAILED
+    CANCELLED = AttemptOutcomeChoice.CANCELLED
+    RELEASED = AttemptOutcomeChoice.RELEASED
+    LEASE_LOST = Unwritten.LEASE_LOST
+    UNRECORDED = Unwritten.UNRECORDED
+
+    def __new__(cls, word: str) -> Ended:  # type: ignore[misc]
+        return Unwritten(word) if word in set(Unwritten) else AttemptOutcomeChoice(word)
+
+
+# Former names, still importable from here and from django_durable_jobs.worker, with a warning.
+DEPRECATED = {
+    "AttemptEnd": (
+        _AttemptEnd,
+        "AttemptEnd is deprecated: a report's outcome is an AttemptOutcomeChoice (the status "
+        "written) or an Unwritten (why none was).",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    return deprecated(name, __name__)
+
+
+def deprecated(name: str, module: str) -> Any:
+    """Return the former name ``name`` of ``module`` with a ``DeprecationWarning``."""
+    if name not in DEPRECATED:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    value, message = DEPRECATED[name]
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    return value

@@ -1,11 +1,13 @@
 """Worker: claims jobs in batches, runs them in threads, keeps their leases alive.
 
-The fetch loop (``run``) claims into a prefetch buffer, never more than the job threads and the
-buffer have room for; job threads run what it holds (``_run_attempt``, with the rules of
-``attempt.py``); the completer (``completer.py``) writes outcomes in batches; the heartbeat
-(``heartbeat.py``) renews every held lease at once (``holdings.py``); the watchdog
-(``watchdog.py``) enforces operations' timeouts; the scheduler (``scheduler.py``) enqueues the
-declared schedules' due ticks; ``shutdown.py`` stops it all gracefully.
+Its roles, each a collaborator given what it acts on: the fetch loop here (the producer, ``run``)
+claims into a prefetch buffer, never more than the job threads and the buffer have room for;
+job threads run what it holds (``_run_attempt``, with the rules of ``attempt.py``); the
+completer (``completer.py``) writes outcomes in batches; the heartbeat (``heartbeat.py``) renews
+every held lease at once (``holdings.py``); the timeouts (``timeouts.py``, the rescuer) cancel
+and abandon attempts past their operation's timeout; the listener (``listener.py``) wakes the
+fetch loop on new work; the scheduler (``scheduler.py``) enqueues the declared schedules' due
+ticks; the shutdown (``shutdown.py``) stops it all gracefully.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import DatabaseError
@@ -29,6 +30,7 @@ from ..conf import jobs_settings
 from ..store import DurableJobStore, Lease
 from ..terminal import printable
 from ..values import Claimed, Outcome
+from ..vocabulary import AttemptOutcomeChoice
 from .attempt import context_of, registered_executor, run, stopped_by_lost_lease
 from .clock import ClockCheck
 from .clock import describe as describe_skew
@@ -38,49 +40,25 @@ from .heartbeat import Heartbeat
 from .held import Held, HeldState
 from .holdings import Holdings
 from .listener import NotifyListener
-from .options import check as check_options
-from .reports import AttemptEnd, AttemptReport, log
+from .options import WorkerOptions
+from .reports import AttemptReport, Ended, Unwritten, log
 from .scheduler import Scheduler, declared
-from .shutdown import ShutdownMixin
+from .shutdown import Shutdown
 from .startup import until_reachable, wait_for_database
-from .unregistered import notice_unregistered
-from .watchdog import TIMEOUT_GRACE, TimeoutMixin, Watchdog
+from .timeouts import Timeouts
+from .unregistered import UnregisteredWatch
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
 
-@dataclass
-class WorkerOptions:
-    """What ``runjobs`` was asked to do; checked before anything starts."""
-
-    concurrency: int = 4
-    prefetch: int | None = None  # claimed jobs waiting for a job thread; None: = concurrency
-    operations: list[str] | None = None
-    queues: list[str] | None = None
-    lease_seconds: float = 30.0
-    poll: float = 1.0
-    burst: bool = False
-    max_jobs: int | None = None
-    scope: str | None = None
-    grace: float = 30.0
-    timeout_grace: float = TIMEOUT_GRACE  # a timed-out attempt's time to stop before abandonment
-    using: str | None = None
-    actor: str | None = None
-    status_every: float | None = None
-    schedules: bool = True  # run the scheduler (runjobs --no-schedules turns it off)
-
-    def validate(self) -> None:
-        """Raise ValueError naming the option that cannot work (bounds in ``options.py``)."""
-        check_options(self)
-
-
-class Worker(ShutdownMixin, TimeoutMixin):
+class Worker:
     """A ``runjobs`` process: one store (one owner id), many job threads, one heartbeat loop.
 
-    The fetch loop claims in batches into a prefetch buffer, job threads run what it holds, and
-    the completer writes their outcomes in batches. Every claim stays in ``holdings`` (and so
-    keeps its lease renewed) until its outcome committed or it was released. The watchdog
-    cancels attempts past their operation's timeout and abandons those that run on.
+    The fetch loop (the producer) claims in batches into a prefetch buffer, job threads run what
+    it holds, and the completer writes their outcomes in batches. Every claim stays in
+    ``holdings`` (and so keeps its lease renewed by the heartbeat) until its outcome committed
+    or it was released. ``timeouts`` cancels attempts past their operation's timeout and
+    abandons those that run on; ``shutdown`` stops it all gracefully.
     """
 
     def __init__(
@@ -93,62 +71,49 @@ class Worker(ShutdownMixin, TimeoutMixin):
         options.validate()
         self.options = options
         self.using = jobs_settings.database(options.using)
-        actor = options.actor or f"worker@{socket.gethostname()}:{os.getpid()}"
-        self.store = DurableJobStore(
-            scope=options.scope,
-            actor=actor,
-            lease_seconds=options.lease_seconds,
-            using=self.using,
-            clock=clock,
-        )
+        self.store = _store(options, self.using, clock)
         # Only claim what this process can run: jobs of operations registered elsewhere (another
         # deployment, a newer release) stay pending for a worker that knows them.
         self.operations = options.operations or sorted(registry.all_operations())
         self.prefetch = options.concurrency if options.prefetch is None else options.prefetch
         self.report = report or (lambda line: None)
-        # The holdings' lock also guards claimed, outcomes and unstarted.
-        self.holdings = Holdings(self.store)
-        self.heartbeat = Heartbeat(
-            options.lease_seconds / 3, self.heartbeat_once, name="durable-jobs-heartbeat"
-        )
-        self.wake = threading.Event()
-        self.stopping = threading.Event()
-        self.cancel_requested = threading.Event()  # second signal: cancel what still runs
-        self.stopped = threading.Event()
+        self.holdings = Holdings(self.store)  # its lock also guards claimed and outcomes
         self.buffer: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
-        self.unstarted: list[Held] = []  # taken from the buffer after the stop: to release
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
         self.idle = threading.Event()  # tests wait on this: nothing held, nothing claimable
         self.claimed = 0
-        self.outcomes: Counter[AttemptEnd] = Counter()
-        self.stop_deadline: float | None = None
-        self.announced = False
+        self.outcomes: Counter[Ended] = Counter()
         self.drained = False  # the last claim found less than it asked for
+        self.thread_numbers = itertools.count(1)  # names of job threads, replacements included
         self.completer = Completer(
             self.store, on_recorded=self._recorded, retry_until=self._flush_may_succeed
         )
-        self.watchdog = Watchdog(
-            options.timeout_grace, on_deadline=self._deadline_passed, on_grace_over=self._abandon
+        self.heartbeat = Heartbeat(
+            options.lease_seconds / 3, self.heartbeat_once, name="durable-jobs-heartbeat"
         )
-        self.thread_numbers = itertools.count(1)  # names of job threads, replacements included
-        self.abandoned = 0  # job threads given up on after a timeout (guarded by the lock)
-        self.abandoned_running = 0  # ... whose executors have not returned yet
+        self.timeouts = Timeouts(
+            options.timeout_grace,
+            self.holdings,
+            fail=self.completer.put,
+            replace_thread=self._replace_job_thread,
+            wake=self.wake,
+        )
+        self.shutdown = Shutdown(
+            self.store,
+            self.holdings,
+            self.buffer,
+            grace=options.grace,
+            wake=self.wake,
+            on_ended=self._recorded,
+            abandoned_running=lambda: self.timeouts.abandoned_running,
+        )
+        self.stopping = self.shutdown.stopping
+        self.unregistered = UnregisteredWatch(self.store, self.operations, options.queues)
         # No claims while this host's clock is too far from the database's (see clock.py).
-        self.clock_check = ClockCheck(
-            self.store, options.lease_seconds, on_resume=lambda: self.wake.set()
-        )
+        self.clock_check = ClockCheck(self.store, options.lease_seconds, on_resume=self.wake.set)
         # Declared schedules are checked here, before the database: a bad one refuses the start.
-        self.scheduler = (
-            Scheduler(
-                declared(),
-                owner_id=self.store.owner_id,
-                actor=actor,
-                using=self.using,
-                clock=clock,
-                stopping=self.stopping,
-            )
-            if options.schedules
-            else None
-        )
+        self.scheduler = _scheduler(options, self.store, clock, self.stopping)
 
     wait_for_database = staticmethod(wait_for_database)  # for runjobs, before it builds one
 
@@ -178,7 +143,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
             NotifyListener(self.using, self.wake, self.stopped).start()
         self.heartbeat.start()
         self.completer.start()
-        self.watchdog.start()
+        self.timeouts.start()
         for _ in range(self.options.concurrency):
             self._start_job_thread()
         actor = printable(self.store.actor, keep_newlines=False)
@@ -193,7 +158,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
             if self.scheduler is not None:
                 self.scheduler.stop()
                 self.scheduler.join(timeout=self.options.lease_seconds)
-            self.watchdog.stop()
+            self.timeouts.stop()
             self.heartbeat.stop()
             for _ in range(self.options.concurrency):
                 self.buffer.put(None)  # idle job threads exit; busy ones die with the process
@@ -201,12 +166,12 @@ class Worker(ShutdownMixin, TimeoutMixin):
             self.completer.join(timeout=self.options.lease_seconds)
             self.heartbeat.join(timeout=self.options.lease_seconds)
             if clean:  # a crashed worker's row must go stale, not claim a clean stop
-                self._sign_off()
-            if self.abandoned:
+                self.shutdown.sign_off()
+            if self.timeouts.abandoned:
                 logger.warning(
                     "stopped with %d abandoned job thread(s), %d still running",
-                    self.abandoned,
-                    self.abandoned_running,
+                    self.timeouts.abandoned,
+                    self.timeouts.abandoned_running,
                 )
             close_thread_connections()
         return 0
@@ -226,7 +191,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
         last_status = time.monotonic()
         while True:
             if self.stopping.is_set():
-                if self._stop_step():
+                if self.shutdown.step():
                     return
                 continue
             self.wake.clear()  # before claiming: a wake-up during the claim is kept
@@ -241,7 +206,10 @@ class Worker(ShutdownMixin, TimeoutMixin):
                 self.report(self.status_line())
             if claimed and not self.drained:
                 continue  # a full batch: more may be waiting
-            notice_unregistered(self)  # drained: warn of due jobs no alive worker runs
+            # Drained: warn of due jobs no alive worker runs. Not while busy: a backlog of its own
+            # operations would make the sample read more rows than it needs.
+            if self.drained:
+                self.unregistered.look()
             busy = bool(self.holdings)
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:
@@ -308,6 +276,11 @@ class Worker(ShutdownMixin, TimeoutMixin):
         name = f"durable-jobs-{next(self.thread_numbers)}"
         threading.Thread(target=self._job_thread, name=name, daemon=True).start()
 
+    def _replace_job_thread(self) -> None:
+        """Start a job thread in an abandoned one's place, unless the worker stopped."""
+        if not self.stopped.is_set():
+            self._start_job_thread()
+
     def _job_thread(self) -> None:
         """Run jobs one after another on one long-lived database connection.
 
@@ -317,9 +290,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
         try:
             while (entry := self.buffer.get()) is not None:
                 with self.holdings.lock:
-                    if self.stopping.is_set():  # never started: the fetch loop releases it
-                        self.unstarted.append(entry)
-                        self.wake.set()
+                    if self.shutdown.set_aside(entry):  # never started: the fetch loop releases it
                         continue
                     self.holdings.move(entry, HeldState.RUNNING)
                 if not self._run_attempt(entry):
@@ -339,7 +310,7 @@ class Worker(ShutdownMixin, TimeoutMixin):
             lease.epoch,
         )
         spec = registry.get(job.operation)
-        self._watch(entry, spec.timeout if spec else None)
+        self.timeouts.watch(entry, spec.timeout if spec else None)
         metrics.attempt_started(job, self.store.clock)
         try:
             entry.ctx = context_of(
@@ -352,20 +323,22 @@ class Worker(ShutdownMixin, TimeoutMixin):
         except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
             logger.exception("job %s could not be run", lease.job_id)
             outcome = Outcome.of_error(lease, exc)
-        outcome = self._timed_out(entry, outcome)
+        outcome = self.timeouts.timed_out(entry, outcome)
         duration = time.monotonic() - entry.started
         with self.holdings.lock:
             abandoned = entry.abandoned
             if not abandoned:
                 self.holdings.move(entry, HeldState.FINISHING)
         if abandoned:  # its job was failed without it: nothing of this attempt is recorded
-            self._discard(entry, duration)
+            self.timeouts.discard(entry, duration)
             return False
         if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
-            self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.COMPLETE, duration))
+            self._recorded(
+                entry, AttemptReport.of(entry.claim, AttemptOutcomeChoice.COMPLETE, duration)
+            )
             return True
         if stopped_by_lost_lease(entry.ctx, outcome):  # nothing is written; the lease expires
-            lost = AttemptReport.of(entry.claim, AttemptEnd.LEASE_LOST, duration, outcome.error)
+            lost = AttemptReport.of(entry.claim, Unwritten.LEASE_LOST, duration, outcome.error)
             self._recorded(entry, lost)
             return True
         self.wake.set()
@@ -405,7 +378,23 @@ class Worker(ShutdownMixin, TimeoutMixin):
         every = self.options.status_every
         return every is not None and time.monotonic() - last >= every
 
-    def ended_counts(self) -> Counter[AttemptEnd]:
+    def request_stop(self, *, cancel_running: bool = False) -> None:
+        """Stop claiming; let running jobs finish within the grace period (or cancel them)."""
+        self.shutdown.request(cancel_running=cancel_running)
+
+    def install_signal_handlers(self) -> Callable[[], None]:
+        """Stop on SIGTERM/SIGINT, cancel on a second one; return the handlers' restorer.
+
+        See ``Shutdown.install_signal_handlers``.
+        """
+        return self.shutdown.install_signal_handlers()
+
+    @property
+    def abandoned(self) -> int:
+        """Return how many job threads were given up on after a timeout."""
+        return self.timeouts.abandoned
+
+    def ended_counts(self) -> Counter[Ended]:
         """Return how many attempts ended each way so far (a copy)."""
         with self.holdings.lock:
             return Counter(self.outcomes)
@@ -413,9 +402,10 @@ class Worker(ShutdownMixin, TimeoutMixin):
     def status_line(self) -> str:
         done = ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"
         counts = self.holdings.counts
+        timeouts = self.timeouts
         abandoned = (
-            f" abandoned={self.abandoned} (still running {self.abandoned_running})"
-            if self.abandoned
+            f" abandoned={timeouts.abandoned} (still running {timeouts.abandoned_running})"
+            if timeouts.abandoned
             else ""
         )
         return (
@@ -431,3 +421,38 @@ class Worker(ShutdownMixin, TimeoutMixin):
             if not check.refusing or check.skew is None:
                 return ""
             return f" NOT CLAIMING: clock {describe_skew(check.skew)} the database's"
+
+
+def _store(
+    options: WorkerOptions, using: str, clock: Callable[[], datetime] | None
+) -> DurableJobStore:
+    """Return the worker's store client: its owner id holds every lease the worker takes."""
+    return DurableJobStore(
+        scope=options.scope,
+        actor=options.actor or f"worker@{socket.gethostname()}:{os.getpid()}",
+        lease_seconds=options.lease_seconds,
+        using=using,
+        clock=clock,
+    )
+
+
+def _scheduler(
+    options: WorkerOptions,
+    store: DurableJobStore,
+    clock: Callable[[], datetime] | None,
+    stopping: threading.Event,
+) -> Scheduler | None:
+    """Return the scheduler of the declared schedules (None under ``--no-schedules``).
+
+    The declared schedules are checked here, before the database: a bad one refuses the start.
+    """
+    if not options.schedules:
+        return None
+    return Scheduler(
+        declared(),
+        owner_id=store.owner_id,
+        actor=store.actor,
+        using=store.using,
+        clock=clock,
+        stopping=stopping,
+    )

@@ -5,16 +5,23 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from ..errors import LeaseLost
+from ..vocabulary import AttemptOutcomeChoice
 from .connections import reset_broken_connections
-from .held import HeldState
-from .reports import AttemptEnd, AttemptReport
+from .held import Held, HeldState
+from .holdings import Holdings
+from .reports import AttemptReport
 from .signals import relay_signals
+
+if TYPE_CHECKING:
+    from ..store import DurableJobStore
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -23,23 +30,66 @@ PARENT_STOP = signal.SIGUSR1
 PARENT_CANCEL = signal.SIGUSR2
 
 
-class ShutdownMixin:
-    """The worker's graceful stop (a mixin of ``Worker``)."""
+class Shutdown:
+    """A worker's graceful stop: stop claiming, release what never started, cancel on request.
 
-    def request_stop(self, *, cancel_running: bool = False) -> None:
+    Given what it acts on: the worker's ``store``, ``holdings`` (whose lock guards ``unstarted``
+    too), prefetch ``buffer``, ``grace`` period, ``wake`` (the fetch loop's event), ``on_ended``
+    (reports a released claim as ended) and ``abandoned_running`` (how many abandoned job
+    threads still run, for the log). ``stopping`` is set by the first stop request,
+    ``cancel_requested`` by one that also cancels what runs.
+    """
+
+    def __init__(
+        self,
+        store: DurableJobStore,
+        holdings: Holdings,
+        buffer: queue.SimpleQueue[Held | None],
+        *,
+        grace: float,
+        wake: threading.Event,
+        on_ended: Callable[[Held, AttemptReport], object],
+        abandoned_running: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.holdings = holdings
+        self.buffer = buffer
+        self.grace = grace
+        self.wake = wake
+        self.on_ended = on_ended
+        self.abandoned_running = abandoned_running
+        self.stopping = threading.Event()
+        self.cancel_requested = threading.Event()  # second signal: cancel what still runs
+        self.deadline: float | None = None  # time.monotonic() when the grace period ends
+        self.announced = False
+        self.unstarted: list[Held] = []  # taken from the buffer after the stop: to release
+
+    def request(self, *, cancel_running: bool = False) -> None:
         """Stop claiming; let running jobs finish within the grace period (or cancel them).
 
         Only sets events (called from the signal relay thread, never inside a signal handler:
         see ``signals.py``); the fetch loop does the database work.
         """
         if not self.stopping.is_set():
-            self.stop_deadline = time.monotonic() + self.options.grace
+            self.deadline = time.monotonic() + self.grace
             self.stopping.set()
         if cancel_running:
             self.cancel_requested.set()
         self.wake.set()
 
-    def _stop_step(self) -> bool:
+    def set_aside(self, entry: Held) -> bool:
+        """Keep ``entry`` for release when stopping (its job thread must not start it).
+
+        Return False, doing nothing, when the worker is not stopping. Called under the
+        holdings' lock.
+        """
+        if not self.stopping.is_set():
+            return False
+        self.unstarted.append(entry)
+        self.wake.set()
+        return True
+
+    def step(self) -> bool:
         """Do one round of the graceful stop; return True when the fetch loop may end.
 
         Claims no job thread started yet are released at once, so no lease is left to expire;
@@ -49,17 +99,17 @@ class ShutdownMixin:
             self.announced = True
             running = self.holdings.counts[HeldState.RUNNING]
             logger.info("stopping: %d job(s) still running", running)
-            if self.abandoned_running:
+            if still_running := self.abandoned_running():
                 logger.warning(
                     "stopping: %d abandoned job thread(s) still running; they end with the process",
-                    self.abandoned_running,
+                    still_running,
                 )
         self._release_unstarted()
         if self.cancel_requested.is_set():
             self._cancel_running()
         if not self.holdings:
             return True
-        if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
             logger.warning("grace period over; leaving %d job(s) to expire", len(self.holdings))
             return True
         self.wake.wait(0.1)
@@ -102,7 +152,7 @@ class ShutdownMixin:
                 return
         logger.info("released %d claimed job(s) that never started", released)
         for entry in entries:
-            self._recorded(entry, AttemptReport.of(entry.claim, AttemptEnd.RELEASED, 0.0))
+            self.on_ended(entry, AttemptReport.of(entry.claim, AttemptOutcomeChoice.RELEASED, 0.0))
 
     def _cancel_running(self) -> None:
         """Record a cancellation request for every running job, then tell its executor.
@@ -146,19 +196,20 @@ class ShutdownMixin:
         stop_signals: list[int] = []
 
         def stop(signum: int) -> None:
-            self.request_stop(cancel_running=bool(stop_signals))
+            self.request(cancel_running=bool(stop_signals))
             stop_signals.append(signum)
 
         return relay_signals(
             {
                 signal.SIGTERM: stop,
                 signal.SIGINT: stop,
-                PARENT_STOP: lambda signum: self.request_stop(),
-                PARENT_CANCEL: lambda signum: self.request_stop(cancel_running=True),
+                PARENT_STOP: lambda signum: self.request(),
+                PARENT_CANCEL: lambda signum: self.request(cancel_running=True),
             }
         )
 
-    def _sign_off(self) -> None:
+    def sign_off(self) -> None:
+        """Mark this worker's row stopped (after a clean stop only)."""
         try:
             self.store.worker_stopped()
         except DatabaseError:

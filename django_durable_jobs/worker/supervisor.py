@@ -73,6 +73,7 @@ __all__ = [
     "child_command",
     "ending",
     "exit_status",
+    "supervise",
 ]
 
 
@@ -157,6 +158,24 @@ def child_command(argv: list[str]) -> list[str]:
         elif not arg.startswith("--processes="):
             result.append(arg)
     return [sys.executable, *result, "--processes=1"]
+
+
+def supervise(
+    processes: int,
+    rule: RestartRule,
+    *,
+    burst: bool = False,
+    on_exit: Callable[[int], object] = lambda pid: None,
+    argv: list[str] | None = None,
+) -> int:
+    """Run ``processes`` single-process copies of this ``runjobs`` until they end; return the
+    parent's exit status.
+
+    The children's command line is this one's (``argv``, by default ``sys.orig_argv``) with
+    ``--processes=1``; ``on_exit`` is called with the pid of each child that ended.
+    """
+    command = child_command(sys.orig_argv if argv is None else argv)
+    return Supervisor(command, processes, rule, burst=burst, on_exit=on_exit).run()
 
 
 @dataclass

@@ -23,7 +23,6 @@ from ..vocabulary import WorkerState, worker_state
 
 if TYPE_CHECKING:
     from ..store import DurableJobStore
-    from .runner import Worker
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -114,18 +113,3 @@ class UnregisteredWatch:
 def _names(text: str) -> frozenset[str]:
     """Return the names a worker row stores comma-separated (none: empty)."""
     return frozenset(name for name in (text or "").split(",") if name)
-
-
-def notice_unregistered(worker: Worker) -> None:
-    """Let ``worker``'s fetch loop look for jobs nobody runs (its watch is made on first use).
-
-    Only once its last claim drained what it could claim: while it is busy, a backlog of its
-    own operations would make the sample read more rows than it needs.
-    """
-    if not worker.drained:
-        return
-    watch = getattr(worker, "unregistered_watch", None)
-    if watch is None:
-        watch = UnregisteredWatch(worker.store, worker.operations, worker.options.queues)
-        worker.unregistered_watch = watch
-    watch.look()

@@ -4,20 +4,23 @@ Proves: each way an executor can end maps to one ``Outcome`` (return → complet
 as canonical JSON, a result that cannot be stored → failed, JobCancelled → cancelled, any other
 exception → failed with its message); ``report_recorded`` turns what ``record_outcomes`` did
 into the report's words; the written words are the attempt history's own; the log line keeps its
-``outcome=…`` form; ``ExecutionReport`` still names the report type.
+``outcome=…`` form; ``ExecutionReport`` still names the report type, and ``AttemptEnd`` is a
+deprecated alias of the words ``AttemptOutcomeChoice`` and ``Unwritten`` now carry.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from types import SimpleNamespace
 
-from django_durable_jobs.errors import InputInvalid, LeaseLost
+import pytest
+
+from django_durable_jobs.errors import InputInvalid, JobCancelled, LeaseLost
 from django_durable_jobs.values import Claimed, Lease, Outcome, Recorded
 from django_durable_jobs.vocabulary import AttemptOutcomeChoice
-from django_durable_jobs.worker import ExecutionReport
-from django_durable_jobs.worker.attempt import ExecutorExit, outcome_of
-from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport, log, report_recorded
+from django_durable_jobs.worker import ExecutionReport, attempt
+from django_durable_jobs.worker.reports import AttemptReport, Unwritten, log, report_recorded
 from tests.support import T0
 
 
@@ -30,20 +33,31 @@ LEASE = Lease(uuid.uuid4(), "owner-1", 3, T0)
 CLAIM = Claimed(LEASE, Row())
 
 
+def _ended(executor) -> Outcome | None:
+    """Return the outcome ``executor`` ends with, as a job thread turns it into one."""
+    outcome, _ = attempt._call(executor, SimpleNamespace(lease=LEASE, completed=False))
+    return outcome
+
+
+def _raising(error: Exception):
+    def executor(ctx):
+        raise error
+
+    return executor
+
+
 def test_each_way_an_executor_ends_maps_to_one_outcome():
-    assert outcome_of(LEASE, ExecutorExit.RETURNED, {"b": 1, "a": [1]}) == Outcome.completed(
-        LEASE, '{"a":[1],"b":1}'
-    )
-    assert outcome_of(LEASE, ExecutorExit.STOPPED, None) == Outcome.stopped(LEASE)
-    assert outcome_of(LEASE, ExecutorExit.RAISED, ValueError("bad")) == Outcome.failed(
-        LEASE, "ValueError: bad"
-    )
-    refused = outcome_of(LEASE, ExecutorExit.RETURNED, object())
+    assert _ended(lambda ctx: {"b": 1, "a": [1]}) == Outcome.completed(LEASE, '{"a":[1],"b":1}')
+    assert _ended(_raising(JobCancelled())) == Outcome.stopped(LEASE)
+    assert _ended(_raising(ValueError("bad"))) == Outcome.failed(LEASE, "ValueError: bad")
+    refused = _ended(lambda ctx: object())
     assert refused.status == AttemptOutcomeChoice.FAILED
     assert refused.error.startswith("The executor's result was refused: ")
 
 
 def test_the_written_ends_are_the_attempt_historys_words():
+    with pytest.warns(DeprecationWarning, match="AttemptEnd is deprecated"):
+        from django_durable_jobs.worker.reports import AttemptEnd
     for end in (AttemptEnd.COMPLETE, AttemptEnd.FAILED, AttemptEnd.CANCELLED, AttemptEnd.RELEASED):
         assert AttemptOutcomeChoice(end.value) == end
     assert {AttemptEnd.LEASE_LOST.value, AttemptEnd.UNRECORDED.value} == {
@@ -55,18 +69,20 @@ def test_the_written_ends_are_the_attempt_historys_words():
 def test_report_recorded_says_what_was_written_or_why_not():
     written = Outcome.failed(LEASE, "boom")
     report = report_recorded(CLAIM, Recorded(written, "failed", error="boom"), 1.5)
-    assert report == AttemptReport(LEASE.job_id, "tests.op", 2, 3, AttemptEnd.FAILED, 1.5, "boom")
-    assert report.outcome is AttemptEnd.FAILED
+    assert report == AttemptReport(
+        LEASE.job_id, "tests.op", 2, 3, AttemptOutcomeChoice.FAILED, 1.5, "boom"
+    )
+    assert report.outcome is AttemptOutcomeChoice.FAILED
 
     lost = report_recorded(CLAIM, Recorded(written, None, LeaseLost("taken over")), 0.1)
-    assert (lost.outcome, lost.error) == (AttemptEnd.LEASE_LOST, "taken over")
+    assert (lost.outcome, lost.error) == (Unwritten.LEASE_LOST, "taken over")
 
     refused = report_recorded(CLAIM, Recorded(written, None, InputInvalid("no")), 0.1)
-    assert refused.outcome is AttemptEnd.UNRECORDED
+    assert refused.outcome is Unwritten.UNRECORDED
 
 
 def test_the_log_line_keeps_its_form(caplog):
-    report = AttemptReport.of(CLAIM, AttemptEnd.LEASE_LOST, 0.25, "taken over")
+    report = AttemptReport.of(CLAIM, Unwritten.LEASE_LOST, 0.25, "taken over")
     with caplog.at_level(logging.INFO, logger="django_durable_jobs.worker"):
         log(report)
     assert caplog.messages == [
@@ -78,3 +94,17 @@ def test_the_log_line_keeps_its_form(caplog):
 
 def test_execution_report_is_the_old_name_of_attempt_report():
     assert ExecutionReport is AttemptReport
+
+
+def test_attempt_end_is_a_deprecated_alias_of_the_one_outcome_type():
+    """The former enum's words are AttemptOutcomeChoice's (written) and Unwritten's."""
+    import django_durable_jobs.worker as worker
+
+    with pytest.warns(DeprecationWarning, match="AttemptEnd is deprecated"):
+        alias = worker.AttemptEnd
+    assert alias.FAILED is AttemptOutcomeChoice.FAILED
+    assert alias.RELEASED is AttemptOutcomeChoice.RELEASED
+    assert alias.LEASE_LOST is Unwritten.LEASE_LOST
+    assert alias("lease-lost") is Unwritten.LEASE_LOST
+    assert alias("complete") is AttemptOutcomeChoice.COMPLETE
+    assert "AttemptEnd" not in worker.__all__

@@ -18,7 +18,8 @@ from django.core.management import call_command
 from django_durable_jobs import submit
 from django_durable_jobs.models import Job
 from django_durable_jobs.terminal import UNSAFE
-from django_durable_jobs.worker.reports import AttemptEnd, summary_line
+from django_durable_jobs.vocabulary import AttemptOutcomeChoice
+from django_durable_jobs.worker.reports import Unwritten, summary_line
 
 SUMMARY = re.compile(
     r"^runjobs: finished in \d+\.\d s; 3 attempts ended: "
@@ -58,7 +59,7 @@ def test_call_command_prints_the_summary_unless_quiet():
 
 
 def test_the_summary_is_singular_for_one_and_names_rare_ends_only_when_they_happened():
-    one = summary_line(Counter({AttemptEnd.COMPLETE: 1}), 0.04)
+    one = summary_line(Counter({AttemptOutcomeChoice.COMPLETE: 1}), 0.04)
     assert one == (
         "runjobs: finished in 0.0 s; 1 attempt ended: 1 complete, 0 failed, 0 cancelled, "
         "0 lost (another attempt took over)."
@@ -67,10 +68,10 @@ def test_the_summary_is_singular_for_one_and_names_rare_ends_only_when_they_happ
     assert none.startswith("runjobs: finished in 2.0 s; 0 attempts ended: 0 complete")
     rare = Counter(
         {
-            AttemptEnd.CANCELLED: 2,
-            AttemptEnd.LEASE_LOST: 1,
-            AttemptEnd.UNRECORDED: 1,
-            AttemptEnd.RELEASED: 3,
+            AttemptOutcomeChoice.CANCELLED: 2,
+            Unwritten.LEASE_LOST: 1,
+            Unwritten.UNRECORDED: 1,
+            AttemptOutcomeChoice.RELEASED: 3,
         }
     )
     assert summary_line(rare, 12.345, abandoned=1) == (

@@ -18,9 +18,9 @@ from django_durable_jobs.manager import JobManager
 from django_durable_jobs.models import JobAttempt
 from django_durable_jobs.store.outcomes import traceback_text
 from django_durable_jobs.values import Claimed, Lease, Outcome, Recorded
+from django_durable_jobs.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker import attempt
-from django_durable_jobs.worker.attempt import ExecutorExit, outcome_of
-from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport, log, report_recorded
+from django_durable_jobs.worker.reports import AttemptReport, log, report_recorded
 from tests.support import submission, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,11 +53,11 @@ def _first_frame(traceback: str) -> str:
 
 
 def test_an_executor_that_raised_gives_a_failure_with_class_and_traceback():
-    outcome = outcome_of(LEASE, ExecutorExit.RAISED, _raised())
+    outcome = Outcome.of_error(LEASE, _raised())
     assert (outcome.error, outcome.error_class) == ("ValueError: bad input", "builtins.ValueError")
     assert outcome.traceback.startswith("Traceback (most recent call last):")
     assert "in _raised" in outcome.traceback
-    refused = outcome_of(LEASE, ExecutorExit.RETURNED, object())  # failed, but nothing raised
+    refused = Outcome.of_result(LEASE, object())  # failed, but nothing raised
     assert (refused.status, refused.error_class, refused.traceback) == ("failed", "", None)
 
 
@@ -71,8 +71,9 @@ def test_a_traceback_starts_at_the_job_code_and_keeps_the_apps_frames_below_it()
         )  # raised inside the app, below the job
 
     for executor, name in ((job, "job"), (job_calling_the_app, "job_calling_the_app")):
-        how, error = attempt._call(executor, SimpleNamespace(payload={}, completed=False))
-        assert how is ExecutorExit.RAISED
+        ctx = SimpleNamespace(lease=LEASE, payload={}, completed=False)
+        outcome, error = attempt._call(executor, ctx)
+        assert outcome.status == AttemptOutcomeChoice.FAILED
         text = traceback_text(error)
         assert _first_frame(text) == f'  File "{__file__}", line {_line_of(executor)}, in {name}'
         assert "worker/attempt.py" not in text
@@ -81,8 +82,9 @@ def test_a_traceback_starts_at_the_job_code_and_keeps_the_apps_frames_below_it()
 
 def test_an_error_raised_before_any_job_code_keeps_its_last_frame():
     executor = attempt.registered_executor("tests.no_such_operation")
-    how, error = attempt._call(executor, SimpleNamespace(payload={}, completed=False))
-    assert how is ExecutorExit.RAISED and isinstance(error, LookupError)
+    ctx = SimpleNamespace(lease=LEASE, payload={}, completed=False)
+    outcome, error = attempt._call(executor, ctx)
+    assert outcome.status == AttemptOutcomeChoice.FAILED and isinstance(error, LookupError)
     assert "worker/attempt.py" in traceback_text(error)  # one frame, where it was raised
 
 
@@ -91,12 +93,12 @@ def _line_of(executor) -> int:
 
 
 def test_a_failure_is_logged_at_warning_with_its_traceback(caplog):
-    outcome = outcome_of(LEASE, ExecutorExit.RAISED, _raised())
+    outcome = Outcome.of_error(LEASE, _raised())
     report = report_recorded(CLAIM, Recorded(outcome, "failed", error=outcome.error), 0.5)
     assert report.traceback == outcome.traceback
     with caplog.at_level(logging.INFO, logger=LOGGER):
         log(report)
-        log(AttemptReport.of(CLAIM, AttemptEnd.COMPLETE, 0.25))
+        log(AttemptReport.of(CLAIM, AttemptOutcomeChoice.COMPLETE, 0.25))
     failed, complete = caplog.records
     assert failed.levelno == logging.WARNING
     first, *rest = failed.getMessage().splitlines()

@@ -19,11 +19,12 @@ from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.models import Job
+from django_durable_jobs.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker.attempt import context_of
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.held import Held, HeldState
 from django_durable_jobs.worker.holdings import Holdings
-from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport
+from django_durable_jobs.worker.reports import AttemptReport
 from tests.support import LEASE, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,7 +117,7 @@ def test_finish_forgets_the_claim_and_wakes_its_waiters(store):
     holdings, (first, second) = hold(store, 2)
     assert holdings.find(first.lease.job_id) is first
     assert holdings.counts[HeldState.RUNNING] == 2
-    report = AttemptReport.of(first.claim, AttemptEnd.COMPLETE, 0.5)
+    report = AttemptReport.of(first.claim, AttemptOutcomeChoice.COMPLETE, 0.5)
     with holdings.lock:
         holdings.finish(first, report)
     assert first.done.is_set() and first.report is report and first.state == HeldState.DONE

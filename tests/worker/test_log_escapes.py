@@ -17,8 +17,9 @@ from django_durable_jobs import submit
 from django_durable_jobs.manager import JobManager
 from django_durable_jobs.models import Job
 from django_durable_jobs.terminal import UNSAFE
+from django_durable_jobs.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker import Worker, WorkerOptions
-from django_durable_jobs.worker.reports import AttemptEnd, AttemptReport, log
+from django_durable_jobs.worker.reports import AttemptReport, log
 from tests.support import submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,7 +69,7 @@ def test_the_job_manager_logs_a_hostile_failure_escaped(caplog):
 
 
 def test_an_operation_name_from_outside_the_app_is_escaped_in_the_log_line(caplog):
-    report = AttemptReport("id", "op\x1b[2J\u202e", 1, 1, AttemptEnd.COMPLETE, 0.1)
+    report = AttemptReport("id", "op\x1b[2J\u202e", 1, 1, AttemptOutcomeChoice.COMPLETE, 0.1)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         log(report)
     [record] = caplog.records

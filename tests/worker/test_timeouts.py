@@ -112,6 +112,7 @@ def test_a_negative_timeout_grace_is_refused():
 
 def test_an_executor_that_raises_after_its_deadline_keeps_its_traceback():
     """The timeout message replaces the error; the exception's evidence stays with it."""
+    import threading
     import time
     import uuid
     from datetime import UTC, datetime
@@ -120,18 +121,17 @@ def test_an_executor_that_raises_after_its_deadline_keeps_its_traceback():
     from django_durable_jobs.store.outcomes import failure_details
     from django_durable_jobs.values import Claimed, Lease, Outcome
     from django_durable_jobs.worker.held import Held
-    from django_durable_jobs.worker.watchdog import TimeoutMixin, Watchdog
+    from django_durable_jobs.worker.timeouts import Timeouts
 
     lease = Lease(uuid.uuid4(), "owner", 1, datetime(2026, 1, 1, tzinfo=UTC))
     entry = Held(Claimed(lease, SimpleNamespace(operation="tests.slow")))
     entry.timeout, entry.deadline = 0.5, time.monotonic() - 1
-    worker = TimeoutMixin()
-    worker.watchdog = Watchdog(1.0, on_deadline=print, on_grace_over=print)
+    timeouts = Timeouts(1.0, None, fail=print, replace_thread=print, wake=threading.Event())
     try:
         raise KeyError("late")
     except KeyError as exc:
         raised = Outcome.failed(lease, "KeyError: 'late'", **failure_details(exc))
-    recorded = worker._timed_out(entry, raised)
+    recorded = timeouts.timed_out(entry, raised)
     assert recorded.error.startswith("The attempt timed out after 0.5 s; then it failed")
     assert recorded.error_class == "builtins.KeyError"
     assert recorded.traceback == raised.traceback and "KeyError: 'late'" in recorded.traceback

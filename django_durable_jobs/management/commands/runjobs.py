@@ -14,23 +14,23 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import metrics
 from ...checks import schedules_unchecked
-from ...conf import jobs_settings
 from ...errors import JobError
 from ...terminal import PrintableFormatter, printable
-from ...worker import Worker, WorkerOptions
-from ...worker.options import LEASE_SECONDS, PROCESSES, seconds, whole
-from ...worker.reports import summary_line
-from ...worker.scheduler import declared, refusal
-from ...worker.supervisor import (
+from ...worker import (
     CRASH_LOOP_DEATHS,
     CRASH_LOOP_SECONDS,
     MAX_RESTART_DELAY,
     RESTART_DELAY,
+    TIMEOUT_GRACE,
     RestartRule,
-    Supervisor,
-    child_command,
+    Worker,
+    WorkerOptions,
+    check_processes,
+    check_schedules,
+    setting_lease_seconds,
+    summary_line,
+    supervise,
 )
-from ...worker.watchdog import TIMEOUT_GRACE
 
 if TYPE_CHECKING:
     from ...metrics.serve import Endpoint
@@ -184,12 +184,10 @@ class Command(BaseCommand):
         endpoint = _metrics_endpoint(options)
         _log_to_stderr(options["verbosity"])
         if options["processes"] > 1:
-            command = child_command(sys.orig_argv)
             with _serving_children(endpoint, options["database"]) as on_exit:
-                supervisor = Supervisor(
-                    command, options["processes"], rule, burst=options["burst"], on_exit=on_exit
+                sys.exit(
+                    supervise(options["processes"], rule, burst=options["burst"], on_exit=on_exit)
                 )
-                sys.exit(supervisor.run())
         stop_metrics = _serving_worker(endpoint, options["database"])  # up while it waits
         try:
             if not Worker.wait_for_database(options["database"], then=_discover_tasks):
@@ -225,11 +223,9 @@ def _worker_options(options: dict) -> WorkerOptions:
     """Return the checked ``WorkerOptions`` of the command line; CommandError names a bad one."""
     lease_seconds = options["lease_seconds"]
     try:
-        whole(options["processes"], "--processes", PROCESSES)
-        if lease_seconds is None:  # a refusal then names the setting, not the option
-            lease_seconds = seconds(
-                jobs_settings.LEASE_SECONDS, "DURABLE_JOBS['LEASE_SECONDS']", LEASE_SECONDS
-            )
+        check_processes(options["processes"])
+        if lease_seconds is None:
+            lease_seconds = setting_lease_seconds()
         worker_options = WorkerOptions(
             concurrency=options["concurrency"],
             prefetch=options["prefetch"],
@@ -247,13 +243,9 @@ def _worker_options(options: dict) -> WorkerOptions:
             schedules=options["schedules"],
         )
         worker_options.validate()
+        check_schedules(worker_options)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
-    if worker_options.schedules:
-        try:  # pure: settings and registry, before any child process or database connection
-            declared()
-        except JobError as exc:
-            raise CommandError(refusal(exc)) from exc
     return worker_options
 
 

@@ -1,11 +1,12 @@
-"""JobManager, the in-process facade (SPEC §5), on a real database with real threads.
+"""InProcessRunner (``JobManager`` in SPEC §5), on a real database with real threads.
 
 Proves: identical submissions coalesce and never run twice; heartbeats renew the lease so a job
 outlasting its lease completes; a cancellation request made elsewhere reaches the executor as
 ``ctx.cancelled``; the outcome rules (return → complete even after a late request, JobCancelled →
 cancelled, exception → failed with its message); a lost lease reaches the executor and its late
 outcome never overwrites the new owner's work; ``destroy()`` touches only its own executors;
-``cleanup()`` deletes nothing; progress, scope, ``max_jobs`` and ``resume_job``.
+``cleanup()`` deletes nothing; progress, scope, ``max_jobs`` and ``resume_job``; the contract's
+``django_durable_jobs.manager.JobManager`` is the runner under its former name.
 
 Executors block on events (never on blind sleeps); a test waits for a job with ``manager.wait``.
 """
@@ -482,3 +483,9 @@ def test_resume_job_takes_over_an_expired_lease_from_its_checkpoint(rig):
     assert_refused(
         NotReclaimable, "E_JOB_NOT_RECLAIMABLE", lambda: m.resume_job(job_id, rig.gate())
     )  # complete is never reopened
+
+
+def test_job_manager_is_the_in_process_runner_under_its_former_name():
+    from django_durable_jobs.worker import InProcessRunner
+
+    assert JobManager is InProcessRunner

@@ -1,4 +1,5 @@
-"""JobManager on the worker's machinery: its claims are Holdings, renewed by one Heartbeat.
+"""InProcessRunner (JobManager) on the worker's machinery: its claims are Holdings, renewed by one
+Heartbeat.
 
 Proves: one heartbeat pass renews every lease the manager holds in one statement; the heartbeat
 thread runs only while an executor runs and starts again with the next one; a job resumed while

@@ -57,7 +57,7 @@ def _current(module: list[str]) -> list[str]:
         return module
     for length in range(len(module), 0, -1):
         new = MOVED.get(".".join(module[:length]))
-        if new is not None:
+        if new is not None and not _exists(module[:length]):  # a real module wins
             return [*new.split("."), *module[length:]]
     return module
 

@@ -3,6 +3,7 @@
 from types import ModuleType
 
 from . import _aliases  # first: the old paths of moved modules keep working (see its docstring)
+from .rules import errors as errors  # the public home of the error classes (see rules/errors.py)
 from .rules.errors import JobCancelled, JobError
 from .rules.registry import operation
 from .schedules import every

@@ -143,7 +143,7 @@ class ExecutionStopped(JobError):
 # The classes keep the home they had before the rules package: stored error class paths
 # (attempt rows, django.tasks' exception_class_path), tracing's error.type and tracebacks name
 # django_durable_jobs.errors, and the old path imports this very module (see _aliases).
-PUBLIC_HOME = "django_durable_jobs.errors"
+_PUBLIC_HOME = "django_durable_jobs.errors"
 for _name in __all__:
-    globals()[_name].__module__ = PUBLIC_HOME
+    globals()[_name].__module__ = _PUBLIC_HOME
 del _name

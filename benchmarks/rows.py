@@ -11,8 +11,8 @@ def insert_pending(operation: str, payloads: list[Any]) -> list:
     from django.utils import timezone
 
     from django_durable_jobs.models import Job
-    from django_durable_jobs.values import canonical_json
-    from django_durable_jobs.vocabulary import JobStatus, proposal_sha256
+    from django_durable_jobs.rules.values import canonical_json
+    from django_durable_jobs.rules.vocabulary import JobStatus, proposal_sha256
 
     now = timezone.now()
     rows = []

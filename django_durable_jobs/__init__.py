@@ -1,7 +1,11 @@
 """django_durable_jobs: durable, lease-fenced jobs in your Django database."""
 
-from .errors import JobCancelled, JobError
-from .registry import operation
+from types import ModuleType
+
+from . import _aliases  # first: the old paths of moved modules keep working (see its docstring)
+from .rules import errors as errors  # the public home of the error classes (see rules/errors.py)
+from .rules.errors import JobCancelled, JobError
+from .rules.registry import operation
 from .schedules import every
 
 __all__ = ["JobCancelled", "JobError", "every", "operation", "submit", "submit_many"]
@@ -19,6 +23,11 @@ def submit_many(operation, payloads, **options):  # noqa: ANN001, ANN201 - typed
     from .submission import submit_many as submit_jobs
 
     return submit_jobs(operation, payloads, **options)
+
+
+def __getattr__(name: str) -> ModuleType:
+    """Return a moved module under its old attribute name: ``django_durable_jobs.errors``."""
+    return _aliases.moved_module(name)
 
 
 __version__ = "0.1.0"

@@ -40,14 +40,14 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from . import registry
-from .conf import jobs_settings
-from .errors import InputInvalid
-from .jsontext import MAX_JSON_DEPTH, object_depth_exceeds
-from .retry import RetryPolicy
-from .validation import loads_strict
-from .values import Submission
-from .vocabulary import AttemptOutcomeChoice, JobStatus
+from .rules import registry
+from .rules.conf import jobs_settings
+from .rules.errors import InputInvalid
+from .rules.jsontext import MAX_JSON_DEPTH, object_depth_exceeds
+from .rules.retry import RetryPolicy
+from .rules.validation import loads_strict
+from .rules.values import Submission
+from .rules.vocabulary import AttemptOutcomeChoice, JobStatus
 
 __all__ = ["DurableJobsBackend", "DurableTask", "discover_tasks"]
 

@@ -12,9 +12,10 @@ from contextvars import ContextVar
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf, quotas, schedules, validation
-from .conf import jobs_settings
-from .dbvendor import has_immediate_transactions
+from . import schedules
+from .database.dbvendor import has_immediate_transactions
+from .rules import conf, quotas, validation
+from .rules.conf import jobs_settings
 
 # False while ``runjobs --no-schedules`` runs the checks: a worker that runs no scheduler reads no
 # schedule declaration, so a bad one (durable_jobs.E014) must not keep it from starting.

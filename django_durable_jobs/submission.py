@@ -8,10 +8,10 @@ from typing import Any
 
 from django.db import connections
 
-from . import registry, validation
-from .conf import jobs_settings
-from .errors import InputInvalid, JobError
 from .models import Job
+from .rules import registry, validation
+from .rules.conf import jobs_settings
+from .rules.errors import InputInvalid, JobError
 from .store import DurableJobStore, Submission
 from .store.submitting import MAX_SUBMISSIONS
 from .validation import listed

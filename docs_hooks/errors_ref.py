@@ -54,7 +54,7 @@ API_CODE_RE = re.compile(r"\bE_API_[A-Z_]+\b")
 def job_error_classes() -> list[type]:
     """Return ``JobError`` and every subclass, the REST API's included, in definition order."""
     from django_durable_jobs.api import errors as api_errors  # noqa: F401 - defines JobNotFound
-    from django_durable_jobs.errors import JobError
+    from django_durable_jobs.rules.errors import JobError
 
     found, todo = [], [JobError]
     while todo:  # depth first, so a subclass follows its base
@@ -91,7 +91,7 @@ def api_codes_in_source() -> set[str]:
 
 def error_rows() -> list[tuple[str, str, str, str]]:
     """Return (code, class, HTTP status, meaning), one row per code."""
-    from django_durable_jobs.errors import ExecutionStopped
+    from django_durable_jobs.rules.errors import ExecutionStopped
 
     rows = []
     for kind in job_error_classes():

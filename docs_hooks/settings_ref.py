@@ -25,16 +25,16 @@ def _described(defaults: dict, doc: str, where: str) -> list[tuple[str, str, str
 
 def durable_jobs_rows() -> list[tuple[str, str, str]]:
     """Return (key, default as Python source, meaning) for every ``DURABLE_JOBS`` key."""
-    from django_durable_jobs import conf
+    from django_durable_jobs.rules import conf
 
-    return _described(conf.DEFAULTS, conf.__doc__ or "", "django_durable_jobs/conf.py")
+    return _described(conf.DEFAULTS, conf.__doc__ or "", "django_durable_jobs/rules/conf.py")
 
 
 def quota_rows() -> list[tuple[str, str, str]]:
     """Return (key, built-in default, meaning) for every quota limit."""
-    from django_durable_jobs import quotas
+    from django_durable_jobs.rules import quotas
 
-    return _described(quotas.BUILTIN, quotas.__doc__ or "", "django_durable_jobs/quotas.py")
+    return _described(quotas.BUILTIN, quotas.__doc__ or "", "django_durable_jobs/rules/quotas.py")
 
 
 def backend_options() -> list[str] | None:

@@ -15,12 +15,12 @@ from typing import Any
 from django.contrib import admin, messages
 from django.utils.translation import ngettext
 
-from .. import validation
-from ..conf import jobs_settings
-from ..errors import JobError, NotReclaimable
+from ..rules import validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import JobError, NotReclaimable
+from ..rules.values import RequestResult
+from ..rules.vocabulary import RequestAnswer
 from ..store import DurableJobStore
-from ..values import RequestResult
-from ..vocabulary import RequestAnswer
 
 __all__ = ["RequestActions", "cancellation_messages", "retry_messages"]
 

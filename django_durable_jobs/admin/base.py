@@ -8,7 +8,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.http import HttpResponseBadRequest
 
-from ..conf import jobs_settings
+from ..rules.conf import jobs_settings
 
 # Payload columns: a list never reads them, however big they are.
 LARGE_TEXT = ("proposal", "checkpoint", "result", "error")

@@ -10,10 +10,10 @@ from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
 
-from ..conf import jobs_settings
-from ..humanize import relative
+from ..formatting.humanize import relative
 from ..models import Job, WorkerProcess
-from ..vocabulary import JobStatus, Ownership, assess_ownership
+from ..rules.conf import jobs_settings
+from ..rules.vocabulary import JobStatus, Ownership, assess_ownership
 from . import format as fmt
 from .jobpage import attempt_of
 

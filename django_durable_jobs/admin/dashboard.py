@@ -25,9 +25,9 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from .. import stats
-from ..conf import jobs_settings
 from ..models import Dashboard, Job
-from ..vocabulary import JobStatus, Ownership
+from ..rules.conf import jobs_settings
+from ..rules.vocabulary import JobStatus, Ownership
 from . import charts
 from .base import ReadOnlyAdmin
 

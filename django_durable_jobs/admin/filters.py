@@ -10,9 +10,16 @@ from django.db.models import Q
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from .. import registry
-from ..conf import jobs_settings
 from ..models import Job, Schedule
+from ..rules import registry
+from ..rules.conf import jobs_settings
+from ..rules.vocabulary import (
+    OWNERSHIP_STATES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    Ownership,
+    WorkerState,
+)
 from ..stats.attention import (
     CANCEL_UNACKNOWLEDGED,
     FAILED_FINAL,
@@ -21,7 +28,6 @@ from ..stats.attention import (
     attention_jobs,
 )
 from ..stats.workers import lease_values, stale_q
-from ..vocabulary import OWNERSHIP_STATES, TERMINAL_STATUSES, JobStatus, Ownership, WorkerState
 
 STATUSES_OF = {
     Ownership.TERMINAL: sorted(TERMINAL_STATUSES),

@@ -12,9 +12,9 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
-from ..jsontext import DISPLAY_CAP_BYTES, JsonTooDeep, Shown, excerpt, pretty, utf8_len
-from ..validation import loads_strict
-from ..vocabulary import AttemptOutcomeChoice, JobStatus, Ownership, WorkerState, worker_state
+from ..rules.jsontext import DISPLAY_CAP_BYTES, JsonTooDeep, Shown, excerpt, pretty, utf8_len
+from ..rules.validation import loads_strict
+from ..rules.vocabulary import AttemptOutcomeChoice, JobStatus, Ownership, WorkerState, worker_state
 
 OWNERSHIP_COLOURS = {
     Ownership.CURRENT: "#1e7e34",

@@ -20,11 +20,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from .. import registry
-from ..humanize import relative
-from ..jsontext import excerpt
+from ..formatting.humanize import relative
 from ..models import Job, JobAttempt, WorkerProcess
-from ..vocabulary import (
+from ..rules import registry
+from ..rules.jsontext import excerpt
+from ..rules.vocabulary import (
     RETRYABLE_STATUSES,
     TERMINAL_STATUSES,
     AttemptOutcomeChoice,

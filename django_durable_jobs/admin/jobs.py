@@ -18,7 +18,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from ..models import Job, WorkerProcess
-from ..vocabulary import JobStatus, assess_ownership
+from ..rules.vocabulary import JobStatus, assess_ownership
 from . import format as fmt
 from .actions import RequestActions
 from .base import LARGE_TEXT, WIDE, ReadOnlyAdmin

@@ -28,11 +28,12 @@ from django.utils.http import urlencode
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from .. import rows, schedules, validation
-from ..conf import jobs_settings
-from ..errors import JobError
-from ..humanize import relative
-from ..models import Schedule
+from .. import schedules
+from ..formatting.humanize import relative
+from ..models import Schedule, rows
+from ..rules import validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import JobError
 from ..store import DurableJobStore
 from . import format as fmt
 from .base import ReadOnlyAdmin

@@ -31,7 +31,6 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from .. import validation
 from ..api.tokens import (
     TOKEN_PREFIX,
     create_token,
@@ -40,9 +39,10 @@ from ..api.tokens import (
     token_expiry,
     token_operations,
 )
-from ..conf import jobs_settings
-from ..errors import InputInvalid
 from ..models import ApiToken
+from ..rules import validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid
 from . import format as fmt
 from .base import OnJobsDatabase
 from .minting import MINT_FOR_OTHERS, OneselfWidget, mint_refusal

@@ -13,9 +13,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.html import format_html
 
-from ..humanize import relative
+from ..formatting.humanize import relative
 from ..models import Job, WorkerProcess
-from ..vocabulary import JobStatus
+from ..rules.vocabulary import JobStatus
 from . import format as fmt
 from .base import WIDE, ReadOnlyAdmin
 from .filters import WorkerStateFilter

@@ -16,10 +16,10 @@ from ninja.security import HttpBearer
 from ninja.security.apikey import APIKeyCookie
 from ninja.utils import check_csrf
 
-from .. import validation
-from ..conf import jobs_settings
-from ..errors import InputInvalid
 from ..models import ApiToken
+from ..rules import validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid
 from .tokens import authenticate_token, token_allows
 
 PERMISSIONS = {

@@ -38,7 +38,7 @@ from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonRespon
 from django.urls import re_path
 from django.utils.log import log_response
 
-from ..errors import (
+from ..rules.errors import (
     CapacityReached,
     DeadlineExceeded,
     ExecutionStopped,

@@ -14,8 +14,8 @@ from typing import Any
 from django.http import HttpRequest
 from ninja.parser import Parser
 
-from ..errors import InputInvalid
-from ..jsontext import MAX_JSON_DEPTH, JsonTooDeep, check_depth
+from ..rules.errors import InputInvalid
+from ..rules.jsontext import MAX_JSON_DEPTH, JsonTooDeep, check_depth
 
 __all__ = ["JobsParser"]
 

@@ -16,12 +16,13 @@ from ninja import Query, Router, Status
 from ninja.errors import AuthorizationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from .. import quotas, registry, stats, validation
-from ..conf import jobs_settings
-from ..errors import InputInvalid, JobError, ScopeMismatch
+from .. import stats
 from ..models import Job, JobAttempt
+from ..rules import quotas, registry, validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid, JobError, ScopeMismatch
+from ..rules.vocabulary import RequestAnswer
 from ..store import DurableJobStore, RequestResult, Submission
-from ..vocabulary import RequestAnswer
 from . import auth, schemas
 from .errors import JobNotFound, error_body, error_response, internal_error
 from .stats_schemas import StatsOut

@@ -16,8 +16,8 @@ from django.db.models import F, Q
 from django.http import HttpRequest
 from django.utils import timezone
 
-from ..conf import jobs_settings
 from ..models import Schedule
+from ..rules.conf import jobs_settings
 from ..schedules import could_be_name
 from ..store import ScheduleNotFound
 from . import auth, schemas

@@ -14,11 +14,11 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import Field
 
-from .. import rows, vocabulary
-from ..conf import jobs_settings
-from ..models import Job, JobAttempt, Schedule
-from ..validation import loads_strict
-from ..values import RequestResult
+from ..models import Job, JobAttempt, Schedule, rows
+from ..rules import vocabulary
+from ..rules.conf import jobs_settings
+from ..rules.validation import loads_strict
+from ..rules.values import RequestResult
 
 # Literal types of the enums' values: the OpenAPI document lists them inline ("enum": [...]).
 Status = Literal[tuple(vocabulary.JobStatus.values)]

@@ -22,10 +22,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import validation
-from ..conf import jobs_settings
-from ..errors import InputInvalid
 from ..models import ApiToken
+from ..rules import validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid
 
 TOKEN_PREFIX = "djt"
 TOKEN_RE = re.compile(r"^djt_([0-9a-f]{12})_([A-Za-z0-9_\-]{20,128})$")

@@ -15,10 +15,10 @@ from zoneinfo import ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .. import registry, validation
-from ..conf import user_settings
-from ..errors import InputInvalid
-from ..values import canonical_json
+from ..rules import registry, validation
+from ..rules.conf import user_settings
+from ..rules.errors import InputInvalid
+from ..rules.values import canonical_json
 from .timetable import zone
 
 OVERLAP_CHOICES = ("skip", "allow")

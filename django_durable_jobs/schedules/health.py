@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfoNotFoundError
 
 from cronsim import CronSim
 
-from .. import validation
-from ..errors import InputInvalid
+from ..rules import validation
+from ..rules.errors import InputInvalid
 from .declared import CATCH_UP_CHOICES, CATCH_UP_LIMIT_MAX, INTERVAL_MAX_SECONDS, OVERLAP_CHOICES
 from .timetable import zone
 

@@ -14,9 +14,9 @@ from datetime import datetime
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from .. import validation
-from ..conf import jobs_settings
 from ..models import Schedule
+from ..rules import validation
+from ..rules.conf import jobs_settings
 from . import jobs as job_stats
 from .attention import KINDS, TITLES, attention_jobs
 from .values import (

@@ -10,12 +10,12 @@ from datetime import datetime, timedelta
 
 from django.db.models import Subquery
 
-from .. import registry
-from ..conf import jobs_settings
-from ..errors import InputInvalid
 from ..models import Job, WorkerProcess
-from ..querysets import JobQuerySet
-from ..vocabulary import JobStatus
+from ..models.querysets import JobQuerySet
+from ..rules import registry
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid
+from ..rules.vocabulary import JobStatus
 from .workers import lease_values, stale_q
 
 HOLD_EXPIRED = "hold-expired"

@@ -18,8 +18,8 @@ from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import Greatest
 
 from ..models import Job, JobAttempt
-from ..querysets import JobQuerySet
-from ..vocabulary import TERMINAL_STATUSES, AttemptOutcomeChoice, JobStatus
+from ..models.querysets import JobQuerySet
+from ..rules.vocabulary import TERMINAL_STATUSES, AttemptOutcomeChoice, JobStatus
 from .values import HistoryBucket, JobCount, OperationStats, Percentiles, QueueStats
 
 LIVE = [JobStatus.PENDING, JobStatus.RUNNING]

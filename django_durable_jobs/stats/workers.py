@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from ..models import Job, WorkerProcess
-from ..vocabulary import JobStatus, WorkerState, worker_state
+from ..rules.vocabulary import JobStatus, WorkerState, worker_state
 from .values import WorkerRow, WorkerStats
 
 # Alive and stale workers listed (the newest heartbeats first), and stopped ones (newest first):

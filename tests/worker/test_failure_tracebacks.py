@@ -77,7 +77,7 @@ def test_a_traceback_starts_at_the_job_code_and_keeps_the_apps_frames_below_it()
         text = traceback_text(error)
         assert _first_frame(text) == f'  File "{__file__}", line {_line_of(executor)}, in {name}'
         assert "worker/attempt.py" not in text
-    assert "django_durable_jobs/validation.py" in text  # the app's frames below the job stay
+    assert "django_durable_jobs/rules/validation.py" in text  # the app's frames below the job stay
 
 
 def test_an_error_raised_before_any_job_code_keeps_its_last_frame():

@@ -14,9 +14,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .querysets import JobQuerySet
-from .validation import KEY_MAX, NAME_MAX
-from .vocabulary import (
+from ..rules.validation import KEY_MAX, NAME_MAX
+from ..rules.vocabulary import (
     TERMINAL_STATUSES,
     AttemptOutcomeChoice,
     JobStatus,
@@ -26,6 +25,7 @@ from .vocabulary import (
     diagnose,
     worker_state,
 )
+from .querysets import JobQuerySet
 
 __all__ = [
     "ApiToken",

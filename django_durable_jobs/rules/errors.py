@@ -138,3 +138,12 @@ class ExecutionStopped(JobError):
         if code not in self.CODES:
             raise ValueError(f"unknown ExecutionStopped code {code!r}")
         super().__init__(message, code=code)
+
+
+# The classes keep the home they had before the rules package: stored error class paths
+# (attempt rows, django.tasks' exception_class_path), tracing's error.type and tracebacks name
+# django_durable_jobs.errors, and the old path imports this very module (see _aliases).
+_PUBLIC_HOME = "django_durable_jobs.errors"
+for _name in __all__:
+    globals()[_name].__module__ = _PUBLIC_HOME
+del _name

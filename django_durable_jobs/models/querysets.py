@@ -13,8 +13,8 @@ from django.db import models
 from django.db.models import Case, F, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
+from ..rules.vocabulary import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus, Ownership
 from .expressions import Utf8Sha256
-from .vocabulary import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus, Ownership
 
 TERMINAL = sorted(TERMINAL_STATUSES)
 RETRYABLE = list(RETRYABLE_STATUSES)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 from django.db.models import QuerySet
 
-from .errors import LockPolicyConflict
+from ..rules.errors import LockPolicyConflict
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -194,7 +194,7 @@ def lock_gate(using: str, operation: str) -> None:
     racing to create the gate would each hold one and deadlock upgrading it for
     ``SELECT … FOR UPDATE``; ``INSERT … ON DUPLICATE KEY UPDATE`` takes the exclusive lock at once.
     """
-    from .models import CapacityGate
+    from ..models import CapacityGate
 
     connection = connections[using]
     if connection.vendor == "mysql":

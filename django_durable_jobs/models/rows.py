@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .models import Job, JobAttempt, Schedule
+from . import Job, JobAttempt, Schedule
 
 __all__ = [
     "SCHEDULE_ACTIVE",
@@ -103,7 +103,7 @@ def schedule_state(row: Schedule) -> str:
 def schedule_health(row: Schedule) -> tuple[str, str | None]:
     """Return the schedule's state and why this host cannot read its row (None when it can),
     reading the row once for both."""
-    from .schedules import row_problem  # pure
+    from ..schedules import row_problem  # pure
 
     problem = row_problem(row)
     if row.removed_at is not None:
@@ -137,7 +137,7 @@ def schedule_data(row: Schedule, now: datetime) -> dict[str, Any]:
     ``row.last_job_status`` when the read annotated it (``F("last_job__status")``), else the
     last job's own status.
     """
-    from .schedules import next_tick  # pure tick arithmetic
+    from ..schedules import next_tick  # pure tick arithmetic
 
     state, problem = schedule_health(row)
     if hasattr(row, "last_job_status"):

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections, transaction
 
+from ..rules.errors import DeadlineExceeded, ExecutionStopped, TransactionOwned
 from .dbvendor import LockPolicy, is_lock_timeout
-from .errors import DeadlineExceeded, ExecutionStopped, TransactionOwned
 
 if TYPE_CHECKING:
-    from .execution import Execution
+    from ..rules.execution import Execution
 
 __all__ = ["bounded_atomic", "check_execution", "refuse_caller_transaction"]
 

@@ -73,9 +73,9 @@ class _AlreadyImported(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         """Run nothing (the module ran once, under its new name); give back its own spec.
 
-        The import system sets ``__spec__`` to the old path's spec before calling this; the
-        module's relative imports inside functions resolve from ``__spec__.parent``, so it must
-        name the new home again.
+        The import system sets ``__spec__`` to the old path's spec before calling this;
+        ``importlib.reload``, ``inspect`` and relative imports (which check it against
+        ``__package__``) read it, so it must name the new home again.
         """
         module.__spec__ = self.own_spec
 

@@ -12,9 +12,9 @@ from .models import Job
 from .rules import registry, validation
 from .rules.conf import jobs_settings
 from .rules.errors import InputInvalid, JobError
+from .rules.validation import listed
 from .store import DurableJobStore, Submission
 from .store.submitting import MAX_SUBMISSIONS
-from .validation import listed
 
 
 def submit(

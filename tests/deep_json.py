@@ -12,9 +12,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django_durable_jobs.jsontext import MAX_JSON_DEPTH
 from django_durable_jobs.models import Job
-from django_durable_jobs.vocabulary import proposal_sha256
+from django_durable_jobs.rules.jsontext import MAX_JSON_DEPTH
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 
 MAX_BYTES = 1_048_576  # the default DURABLE_JOBS['MAX_PAYLOAD_BYTES']
 

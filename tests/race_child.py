@@ -82,7 +82,7 @@ def _prepare_defer(args: dict[str, Any]):
 
 
 def _prepare_retry(args: dict[str, Any]):
-    from django_durable_jobs.execution import Execution, Identity
+    from django_durable_jobs.rules.execution import Execution, Identity
     from tests.testapp.models import RetryHistory
 
     store = _store(args)
@@ -126,7 +126,7 @@ def _prepare_claim_batch(args: dict[str, Any]):
     import random
 
     from django_durable_jobs.models import Job, JobStatus
-    from django_durable_jobs.values import Outcome
+    from django_durable_jobs.rules.values import Outcome
 
     store = _store(args)
     jobs = Job.objects.filter(operation=args["operation"])
@@ -197,7 +197,7 @@ RACES = {
 def _race(action: str, args: dict[str, Any]) -> None:
     from django.db import connection
 
-    from django_durable_jobs.errors import JobError
+    from django_durable_jobs.rules.errors import JobError
 
     run = RACES[action](args)
     connection.ensure_connection()

@@ -8,12 +8,12 @@ import math
 from collections import Counter
 from datetime import datetime, timedelta
 
-from django_durable_jobs import registry
-from django_durable_jobs.conf import jobs_settings
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.conf import jobs_settings
+from django_durable_jobs.rules.retry import RetryPolicy
+from django_durable_jobs.rules.vocabulary import TERMINAL_STATUSES, assess_ownership, worker_state
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import TERMINAL_STATUSES, assess_ownership, worker_state
 from tests.schedule_rows import make_schedule
 from tests.support import LEASE, FakeClock, submission
 

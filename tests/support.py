@@ -17,9 +17,9 @@ import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from django_durable_jobs.errors import JobError
-from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt
+from django_durable_jobs.rules.errors import JobError
+from django_durable_jobs.rules.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.store import DurableJobStore, Submission
 from tests.settings import REPO_ROOT
 

@@ -17,8 +17,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.store import DurableJobStore
 from tests.support import db_state
 
@@ -170,7 +170,7 @@ def test_building_the_backend_and_tasks_runs_no_sql():
 def test_bad_task_options_are_refused_when_the_task_is_built():
     from django.tasks import task
 
-    from django_durable_jobs import registry
+    from django_durable_jobs.rules import registry
 
     for options, words in (
         ({"on_expired": "never"}, "on_expired"),
@@ -186,8 +186,8 @@ def test_bad_task_options_are_refused_when_the_task_is_built():
 def test_the_worker_side_sends_task_started_and_task_finished_around_the_call():
     from django.tasks.signals import task_finished, task_started
 
-    from django_durable_jobs import registry
-    from django_durable_jobs.values import Claimed
+    from django_durable_jobs.rules import registry
+    from django_durable_jobs.rules.values import Claimed
     from django_durable_jobs.worker.attempt import context_of
 
     seen = []

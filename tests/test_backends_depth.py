@@ -12,8 +12,8 @@ import django
 import pytest
 from django.utils import timezone
 
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import InputInvalid
 from tests.deep_json import nested_text, nested_value, outside_row
 from tests.support import assert_refused
 

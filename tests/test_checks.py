@@ -263,7 +263,8 @@ def test_schedules_that_are_not_a_dict_are_e014():
 
 
 def test_a_bad_operation_schedule_is_e014():
-    from django_durable_jobs import operation, registry
+    from django_durable_jobs import operation
+    from django_durable_jobs.rules import registry
 
     operation("tests.check_schedule", schedule="0 25 * * *")(lambda ctx, payload: None)
     try:

@@ -17,10 +17,11 @@ import django
 import pytest
 
 import docs_hooks
-from django_durable_jobs import __version__, conf, quotas
+from django_durable_jobs import __version__
 from django_durable_jobs.api import api
 from django_durable_jobs.api.errors import status_for
-from django_durable_jobs.errors import ExecutionStopped, JobError
+from django_durable_jobs.rules import conf, quotas
+from django_durable_jobs.rules.errors import ExecutionStopped, JobError
 from docs_hooks import commands_ref, errors_ref, rest_api_ref, settings_ref
 from docs_hooks.text import docstring_entries, py_literal, rst_to_md
 

@@ -59,7 +59,7 @@ from django.core.cache import caches
 from django.core.checks import ERROR
 from django.test import override_settings
 
-from django_durable_jobs import registry
+from django_durable_jobs.rules import registry
 from tests.settings import REPO_ROOT
 
 # Systems whose configuration a page may show in a python fence without it being run.

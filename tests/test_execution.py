@@ -15,11 +15,11 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from django_durable_jobs import errors
-from django_durable_jobs.errors import ExecutionStopped, InputInvalid, JobCancelled, JobError
-from django_durable_jobs.execution import Execution, Identity, WriteFence, bind_write_fence
-from django_durable_jobs.values import Lease
-from django_durable_jobs.vocabulary import proposal_sha256
+from django_durable_jobs.rules import errors
+from django_durable_jobs.rules.errors import ExecutionStopped, InputInvalid, JobCancelled, JobError
+from django_durable_jobs.rules.execution import Execution, Identity, WriteFence, bind_write_fence
+from django_durable_jobs.rules.values import Lease
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from tests.support import T0
 
 IDENTITY = Identity(scope="s1", actor="worker", operation="reports.rebuild", idempotency_key="k1")

@@ -16,11 +16,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_durable_jobs import history
-from django_durable_jobs.errors import LeaseLost
 from django_durable_jobs.models import Job
+from django_durable_jobs.observability import history
+from django_durable_jobs.rules.errors import LeaseLost
+from django_durable_jobs.rules.values import Lease, Outcome
 from django_durable_jobs.store import AttemptOutcome, DurableJobStore, assert_write_fence
-from django_durable_jobs.values import Lease, Outcome
 from tests.support import LEASE, FakeClock, execution_for, submission
 
 pytestmark = [pytest.mark.proof, pytest.mark.django_db(transaction=True)]

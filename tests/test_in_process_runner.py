@@ -21,7 +21,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_durable_jobs.errors import (
+from django_durable_jobs.manager import JobManager
+from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import (
     CapacityReached,
     IdempotencyConflict,
     InputInvalid,
@@ -30,8 +32,6 @@ from django_durable_jobs.errors import (
     ScopeMismatch,
     TransactionOwned,
 )
-from django_durable_jobs.manager import JobManager
-from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import DurableJobStore, Submission
 from tests.support import FakeClock, assert_refused, db_state, submission, wait_for
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_durable_jobs import jsontext
-from django_durable_jobs.errors import InputInvalid
-from django_durable_jobs.jsontext import (
+from django_durable_jobs.rules import jsontext
+from django_durable_jobs.rules.errors import InputInvalid
+from django_durable_jobs.rules.jsontext import (
     DISPLAY_CAP_BYTES,
     MAX_JSON_DEPTH,
     JsonTooDeep,
@@ -34,8 +34,8 @@ from django_durable_jobs.jsontext import (
     truncation_note,
     utf8_len,
 )
-from django_durable_jobs.validation import json_text
-from django_durable_jobs.values import Submission, canonical_json
+from django_durable_jobs.rules.validation import json_text
+from django_durable_jobs.rules.values import Submission, canonical_json
 from tests.deep_json import maximal_text, nested_text, nested_value
 
 # -- depth of text ----------------------------------------------------------------------------------

@@ -19,11 +19,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_durable_jobs import metrics
-from django_durable_jobs.errors import LeaseLost
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import LeaseLost
+from django_durable_jobs.rules.values import Claimed, Outcome
 from django_durable_jobs.stats import snapshot
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import Claimed, Outcome
 from django_durable_jobs.worker.context import JobContext
 from django_durable_jobs.worker.held import Held
 from django_durable_jobs.worker.holdings import Holdings

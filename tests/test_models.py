@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.vocabulary import proposal_sha256
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,8 +23,8 @@ from django.apps import apps
 from django.db import connection
 
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.vocabulary import assess_ownership, diagnose, proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Submission
-from django_durable_jobs.vocabulary import assess_ownership, diagnose, proposal_sha256
 from tests.deep_json import maximal_text, nested_text, outside_row
 from tests.support import T0, FakeClock
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from django_durable_jobs.models import Job
-from django_durable_jobs.vocabulary import assess_ownership, proposal_sha256
+from django_durable_jobs.rules.vocabulary import assess_ownership, proposal_sha256
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ import tomllib
 import pytest
 
 import django_durable_jobs
-from django_durable_jobs import registry
+from django_durable_jobs.rules import registry
 from tests.settings import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_durable_jobs import registry
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job, JobAttempt
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.errors import InputInvalid
+from django_durable_jobs.rules.retry import RetryPolicy
 from django_durable_jobs.store import DurableJobStore
 from tests.support import submission
 

@@ -16,9 +16,10 @@ from types import SimpleNamespace
 import pytest
 from django.test import override_settings
 
-from django_durable_jobs import every, operation, registry, validation
-from django_durable_jobs.errors import InputInvalid, PayloadTooLarge
+from django_durable_jobs import every, operation
 from django_durable_jobs.models import Schedule
+from django_durable_jobs.rules import registry, validation
+from django_durable_jobs.rules.errors import InputInvalid, PayloadTooLarge
 from django_durable_jobs.schedules import (
     MAX_TICKS,
     ScheduleSpec,

@@ -15,9 +15,10 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_durable_jobs import submit, validation
-from django_durable_jobs.errors import InputInvalid
+from django_durable_jobs import submit
 from django_durable_jobs.models import ApiToken
+from django_durable_jobs.rules import validation
+from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.store import DurableJobStore
 from tests.support import assert_refused, db_state
 

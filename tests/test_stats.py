@@ -7,8 +7,8 @@ import json
 import pytest
 
 from django_durable_jobs.admin.filters import needs_attention
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.stats import snapshot
 from tests import stats_mix
 from tests.stats_mix import expected, nearest_rank

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
+from django_durable_jobs.rules.vocabulary import JobStatus
 from django_durable_jobs.stats import snapshot
-from django_durable_jobs.vocabulary import JobStatus
 from tests.support import T0
 
 pytestmark = pytest.mark.django_db

@@ -17,9 +17,9 @@ import pytest
 from django.utils import timezone
 
 import django_durable_jobs
-from django_durable_jobs import registry
-from django_durable_jobs.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.store import DurableJobStore
 from django_durable_jobs.submission import submit
 from tests.support import FakeClock, assert_refused, live_clock, run_python, submission

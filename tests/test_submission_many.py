@@ -20,16 +20,16 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.errors import (
+from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import (
     IdempotencyConflict,
     InputInvalid,
     ScopeMismatch,
     TransactionOwned,
 )
-from django_durable_jobs.models import Job
+from django_durable_jobs.rules.values import canonical_json
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Submission
-from django_durable_jobs.values import canonical_json
-from django_durable_jobs.vocabulary import proposal_sha256
 from tests.race_child import Children
 from tests.support import FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow

@@ -8,7 +8,12 @@ import sys
 
 import pytest
 
-from django_durable_jobs.terminal import UNSAFE, PrintableFormatter, printable, printable_json
+from django_durable_jobs.formatting.terminal import (
+    UNSAFE,
+    PrintableFormatter,
+    printable,
+    printable_json,
+)
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J"
 

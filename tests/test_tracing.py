@@ -28,13 +28,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode  # noqa: E402
 
-from django_durable_jobs import submit, submit_many, tracing  # noqa: E402
+from django_durable_jobs import submit, submit_many  # noqa: E402
 from django_durable_jobs.manager import JobManager  # noqa: E402
 from django_durable_jobs.models import Job  # noqa: E402
+from django_durable_jobs.observability import tracing  # noqa: E402
+from django_durable_jobs.rules.values import Claimed, canonical_json  # noqa: E402
+from django_durable_jobs.rules.vocabulary import proposal_sha256  # noqa: E402
 from django_durable_jobs.schedules import declared_schedules  # noqa: E402
 from django_durable_jobs.store import DurableJobStore  # noqa: E402
-from django_durable_jobs.values import Claimed, canonical_json  # noqa: E402
-from django_durable_jobs.vocabulary import proposal_sha256  # noqa: E402
 from django_durable_jobs.worker import Worker, WorkerOptions  # noqa: E402
 from django_durable_jobs.worker.attempt import context_of, run_and_record  # noqa: E402
 from tests.settings import REPO_ROOT  # noqa: E402

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.values import Submission
-from django_durable_jobs.vocabulary import (
+from django_durable_jobs.rules.errors import InputInvalid
+from django_durable_jobs.rules.values import Submission
+from django_durable_jobs.rules.vocabulary import (
     OWNERSHIP_STATES,
     TERMINAL_STATUSES,
     AttemptOutcomeChoice,

@@ -20,11 +20,11 @@ from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from .. import registry, validation
-from ..conf import jobs_settings
-from ..errors import InputInvalid, JobError
+from ..formatting.terminal import printable, printable_json
 from ..models import ApiToken
-from ..terminal import printable, printable_json
+from ..rules import registry, validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid, JobError
 from .tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
 
 DURATION_RE = re.compile(r"(\d+)([wdhms])")

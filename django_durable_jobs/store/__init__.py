@@ -19,12 +19,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from .. import validation
-from ..execution import Execution, Identity, bind_write_fence
 from ..models import Job, Schedule, WorkerProcess
-from ..outcome import failure_details, failure_message, result_text
-from ..schedules import ScheduleSpec
-from ..values import (
+from ..rules import validation
+from ..rules.execution import Execution, Identity, bind_write_fence
+from ..rules.outcome import failure_details, failure_message, result_text
+from ..rules.values import (
     AttemptOutcome,
     CandidatePage,
     Claimed,
@@ -36,7 +35,8 @@ from ..values import (
     RequestResult,
     Submission,
 )
-from ..vocabulary import JobStatus
+from ..rules.vocabulary import JobStatus
+from ..schedules import ScheduleSpec
 from . import atomic, claiming, ending, reads, requests, schedules, submitting, ticks, workers
 from . import clock as clock_room
 from . import leases as lease_room

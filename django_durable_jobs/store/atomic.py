@@ -12,14 +12,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import history, validation
-from ..errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
-from ..execution import Execution, WriteFence
+from ..database.transactions import bounded_atomic
 from ..models import Job
-from ..outcome import failure_message
-from ..transactions import bounded_atomic
-from ..values import AttemptOutcome, Finalization, Lease
-from ..vocabulary import JobStatus, retry_refusal
+from ..observability import history
+from ..rules import validation
+from ..rules.errors import DeadlineExceeded, InputInvalid, JobError, NotReclaimable
+from ..rules.execution import Execution, WriteFence
+from ..rules.outcome import failure_message
+from ..rules.values import AttemptOutcome, Finalization, Lease
+from ..rules.vocabulary import JobStatus, retry_refusal
 from . import capacity, claiming, ending, fence
 from . import client as client_room
 from .client import Client

@@ -13,11 +13,11 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from .. import quotas, registry
-from ..dbvendor import lock_gate
-from ..errors import CapacityReached, InputInvalid
+from ..database.dbvendor import lock_gate
 from ..models import Job
-from ..vocabulary import JobStatus
+from ..rules import quotas, registry
+from ..rules.errors import CapacityReached, InputInvalid
+from ..rules.vocabulary import JobStatus
 from .client import Client
 
 # -- per operation: max_running ---------------------------------------------------------------

@@ -25,14 +25,14 @@ from typing import Any
 
 from django.db.models import F
 
-from .. import quotas, registry, validation
-from ..dbvendor import lock_for_update
-from ..errors import NotReclaimable
-from ..execution import Execution
+from ..database.dbvendor import lock_for_update
+from ..database.transactions import bounded_atomic
 from ..models import Job
-from ..transactions import bounded_atomic
-from ..values import Claimed, Lease
-from ..vocabulary import (
+from ..rules import quotas, registry, validation
+from ..rules.errors import NotReclaimable
+from ..rules.execution import Execution
+from ..rules.values import Claimed, Lease
+from ..rules.vocabulary import (
     JobStatus,
     assess_ownership,
     claim_refusal,

@@ -16,13 +16,13 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from .. import validation
-from ..conf import jobs_settings
-from ..dbvendor import lock_for_update
-from ..errors import InputInvalid, ScopeMismatch
-from ..execution import Execution
+from ..database.dbvendor import lock_for_update
 from ..models import Job
-from ..vocabulary import assess_ownership
+from ..rules import validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid, ScopeMismatch
+from ..rules.execution import Execution
+from ..rules.vocabulary import assess_ownership
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from .. import dbvendor
+from ..database import dbvendor
 from .client import Client, now
 
 

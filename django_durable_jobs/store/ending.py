@@ -20,14 +20,14 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from .. import registry, validation
-from ..errors import InputInvalid
-from ..history import fenced_writes
+from ..database.transactions import bounded_atomic
 from ..models import Job, JobAttempt
-from ..outcome import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS, refused_result, storable_message
-from ..transactions import bounded_atomic
-from ..values import Lease, Outcome, Recorded
-from ..vocabulary import AttemptOutcomeChoice, JobStatus
+from ..observability.history import fenced_writes
+from ..rules import registry, validation
+from ..rules.errors import InputInvalid
+from ..rules.outcome import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS, refused_result, storable_message
+from ..rules.values import Lease, Outcome, Recorded
+from ..rules.vocabulary import AttemptOutcomeChoice, JobStatus
 from . import client as client_room
 from . import fence
 from .client import Client

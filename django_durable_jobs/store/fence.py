@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from django.utils import timezone
 
-from .. import history, validation
-from ..errors import InputInvalid, LeaseLost
-from ..execution import Execution, Identity, WriteFence
+from ..database.transactions import check_execution
 from ..models import Job
-from ..transactions import check_execution
-from ..values import Lease
-from ..vocabulary import JobStatus, proposal_sha256
+from ..observability import history
+from ..rules import validation
+from ..rules.errors import InputInvalid, LeaseLost
+from ..rules.execution import Execution, Identity, WriteFence
+from ..rules.values import Lease
+from ..rules.vocabulary import JobStatus, proposal_sha256
 
 if TYPE_CHECKING:
     from .client import Client

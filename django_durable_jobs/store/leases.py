@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import history, validation
+from ..database.transactions import bounded_atomic
 from ..models import Job
-from ..transactions import bounded_atomic
-from ..values import Lease
+from ..observability import history
+from ..rules import validation
+from ..rules.values import Lease
 from . import client as client_room
 from . import fence
 from .client import Client

@@ -10,13 +10,13 @@ from typing import Any
 from django.core import signing
 from django.db.models import Q
 
-from .. import validation
-from ..errors import InputInvalid, ScopeMismatch
-from ..execution import Execution
+from ..database.transactions import check_execution
 from ..models import Job
-from ..transactions import check_execution
-from ..values import CandidatePage, PageQuery
-from ..vocabulary import OWNERSHIP_STATES, JobStatus
+from ..rules import validation
+from ..rules.errors import InputInvalid, ScopeMismatch
+from ..rules.execution import Execution
+from ..rules.values import CandidatePage, PageQuery
+from ..rules.vocabulary import OWNERSHIP_STATES, JobStatus
 from .client import Client, annotate, check_identity, jobs, now
 
 CURSOR_SALT = "django_durable_jobs.store.list_page"

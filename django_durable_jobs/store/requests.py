@@ -9,14 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .. import validation
-from ..dbvendor import notify_work
-from ..errors import NotReclaimable, ScopeMismatch
-from ..execution import Execution
+from ..database.dbvendor import notify_work
+from ..database.transactions import bounded_atomic
 from ..models import Job
-from ..transactions import bounded_atomic
-from ..values import RequestResult
-from ..vocabulary import (
+from ..rules import validation
+from ..rules.errors import NotReclaimable, ScopeMismatch
+from ..rules.execution import Execution
+from ..rules.values import RequestResult
+from ..rules.vocabulary import (
     JobStatus,
     RequestAnswer,
     assess_ownership,

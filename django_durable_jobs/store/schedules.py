@@ -23,12 +23,12 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from ..dbvendor import lock_for_update
-from ..errors import InputInvalid
+from ..database.dbvendor import lock_for_update
+from ..database.transactions import bounded_atomic
 from ..models import Schedule, WorkerProcess
+from ..rules.errors import InputInvalid
+from ..rules.vocabulary import WorkerState, worker_state
 from ..schedules import ScheduleSpec, could_be_name
-from ..transactions import bounded_atomic
-from ..vocabulary import WorkerState, worker_state
 from .client import Client, now
 
 __all__ = ["Reconciliation", "ScheduleNotFound", "pause", "reconcile", "resume"]

@@ -18,13 +18,14 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import quotas, tracing, validation
-from ..errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
-from ..execution import Execution
+from ..database.transactions import bounded_atomic, check_execution, refuse_caller_transaction
 from ..models import Job
-from ..transactions import bounded_atomic, check_execution, refuse_caller_transaction
-from ..values import Lease, Submission
-from ..vocabulary import JobStatus, Ownership, proposal_sha256
+from ..observability import tracing
+from ..rules import quotas, validation
+from ..rules.errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
+from ..rules.execution import Execution
+from ..rules.values import Lease, Submission
+from ..rules.vocabulary import JobStatus, Ownership, proposal_sha256
 from . import capacity
 from .client import Client, annotate, check_identity, now, require_caller_transaction, resolve_scope
 from .sql.submit import NewJob, submit

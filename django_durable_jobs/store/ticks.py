@@ -35,15 +35,15 @@ from typing import Any
 from django.db import DatabaseError
 from django.db.models import Q
 
-from ..conf import jobs_settings
-from ..dbvendor import lock_for_update
-from ..errors import CapacityReached, JobError
+from ..database.dbvendor import lock_for_update
+from ..database.transactions import bounded_atomic
+from ..formatting.terminal import printable
 from ..models import Job, Schedule
+from ..rules.conf import jobs_settings
+from ..rules.errors import CapacityReached, JobError
+from ..rules.values import Submission
+from ..rules.vocabulary import JobStatus
 from ..schedules import latest_tick, newest_ticks, row_problem, tick_failure, tick_key, ticks
-from ..terminal import printable
-from ..transactions import bounded_atomic
-from ..values import Submission
-from ..vocabulary import JobStatus
 from . import submitting
 from .client import Client, now
 

@@ -10,8 +10,8 @@ import os
 import socket
 from collections.abc import Iterable
 
+from ..database.transactions import bounded_atomic
 from ..models import WorkerProcess
-from ..transactions import bounded_atomic
 from .client import Client, now
 
 

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import registry, tracing
-from ..errors import JobCancelled
-from ..values import Claimed, Outcome
-from ..vocabulary import AttemptOutcomeChoice
+from ..observability import tracing
+from ..rules import registry
+from ..rules.errors import JobCancelled
+from ..rules.values import Claimed, Outcome
+from ..rules.vocabulary import AttemptOutcomeChoice
 from .connections import persist
 from .context import JobContext
 from .reports import AttemptReport, Unwritten, log, report_recorded

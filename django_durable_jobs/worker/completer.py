@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from ..terminal import printable
-from ..values import Outcome, Recorded
-from ..vocabulary import JobStatus
+from ..formatting.terminal import printable
+from ..rules.values import Outcome, Recorded
+from ..rules.vocabulary import JobStatus
 from .connections import close_thread_connections, persist, reset_broken_connections
 from .held import Held
 from .reports import AttemptReport, report_recorded

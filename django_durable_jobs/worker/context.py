@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics
-from ..errors import InputInvalid, JobCancelled, JobError, LeaseLost
-from ..execution import Execution, Identity, bind_write_fence
+from ..rules.errors import InputInvalid, JobCancelled, JobError, LeaseLost
+from ..rules.execution import Execution, Identity, bind_write_fence
+from ..rules.validation import JsonTooDeep, loads_strict
+from ..rules.values import canonical_json
 from ..store import completed_by
-from ..validation import JsonTooDeep, loads_strict
-from ..values import canonical_json
 from .connections import persist
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from ..values import Claimed, Lease
+from ..rules.values import Claimed, Lease
 
 if TYPE_CHECKING:
     from .context import JobContext

@@ -22,11 +22,11 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from .. import validation
-from ..errors import CapacityReached, InputInvalid, LeaseLost
 from ..models import Job
+from ..rules import validation
+from ..rules.errors import CapacityReached, InputInvalid, LeaseLost
+from ..rules.values import Claimed
 from ..store import DurableJobStore, Lease, Submission
-from ..values import Claimed
 from .attempt import Executor, context_of, run_and_record
 from .connections import close_thread_connections, reset_broken_connections
 from .heartbeat import Heartbeat

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db import connections
 
-from ..dbvendor import listen_statement
-from ..terminal import printable
+from ..database.dbvendor import listen_statement
+from ..formatting.terminal import printable
 
 logger = logging.getLogger("django_durable_jobs.worker")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import connections
 
-from .. import registry, validation
-from ..conf import jobs_settings
-from ..errors import InputInvalid, JobError
+from ..rules import registry, validation
+from ..rules.conf import jobs_settings
+from ..rules.errors import InputInvalid, JobError
 from .scheduler import declared, refusal
 
 # (low, high) of each numeric option; a job thread holds a database connection, a lease is

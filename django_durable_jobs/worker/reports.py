@@ -16,10 +16,10 @@ from typing import Any
 
 from django.utils.translation import ngettext
 
-from ..errors import LeaseLost
-from ..terminal import printable
-from ..values import Claimed, Recorded
-from ..vocabulary import AttemptOutcomeChoice
+from ..formatting.terminal import printable
+from ..rules.errors import LeaseLost
+from ..rules.values import Claimed, Recorded
+from ..rules.vocabulary import AttemptOutcomeChoice
 
 logger = logging.getLogger("django_durable_jobs.worker")
 

@@ -25,12 +25,13 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from .. import metrics, registry
-from ..conf import jobs_settings
+from .. import metrics
+from ..formatting.terminal import printable
+from ..rules import registry
+from ..rules.conf import jobs_settings
+from ..rules.values import Claimed, Outcome
+from ..rules.vocabulary import AttemptOutcomeChoice
 from ..store import DurableJobStore, Lease
-from ..terminal import printable
-from ..values import Claimed, Outcome
-from ..vocabulary import AttemptOutcomeChoice
 from .attempt import context_of, registered_executor, run, stopped_by_lost_lease
 from .clock import ClockCheck
 from .clock import describe as describe_skew

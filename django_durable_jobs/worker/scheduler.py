@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from ..errors import JobError
+from ..formatting.terminal import printable
+from ..rules.errors import JobError
 from ..store import MISSED_AFTER, DurableJobStore, Reconciliation, TickPass
-from ..terminal import printable
 from .connections import close_thread_connections, reset_broken_connections
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from ..errors import LeaseLost
-from ..vocabulary import AttemptOutcomeChoice
+from ..rules.errors import LeaseLost
+from ..rules.vocabulary import AttemptOutcomeChoice
 from .connections import reset_broken_connections
 from .held import Held, HeldState
 from .holdings import Holdings

@@ -24,8 +24,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 
-from ..conf import jobs_settings
-from ..dbvendor import misconfiguration
+from ..database.dbvendor import misconfiguration
+from ..rules.conf import jobs_settings
 from .signals import relay_signals
 
 logger = logging.getLogger("django_durable_jobs.worker")

@@ -17,10 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..outcome import storable_message
-from ..terminal import printable
-from ..values import Outcome
-from ..vocabulary import AttemptOutcomeChoice
+from ..formatting.terminal import printable
+from ..rules.outcome import storable_message
+from ..rules.values import Outcome
+from ..rules.vocabulary import AttemptOutcomeChoice
 from .completer import Finished
 from .held import Held, HeldState
 from .holdings import Holdings

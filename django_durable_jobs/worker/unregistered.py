@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
+from ..formatting.terminal import printable
 from ..models import Job, WorkerProcess
-from ..terminal import printable
-from ..vocabulary import WorkerState, worker_state
+from ..rules.vocabulary import WorkerState, worker_state
 
 if TYPE_CHECKING:
     from ..store import DurableJobStore

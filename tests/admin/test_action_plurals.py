@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from django_durable_jobs.admin.actions import cancellation_messages, retry_messages
-from django_durable_jobs.errors import NotReclaimable
-from django_durable_jobs.values import RequestResult
-from django_durable_jobs.vocabulary import RequestAnswer
+from django_durable_jobs.rules.errors import NotReclaimable
+from django_durable_jobs.rules.values import RequestResult
+from django_durable_jobs.rules.vocabulary import RequestAnswer
 
 IDS = [uuid.UUID(int=n) for n in range(1, 5)]
 

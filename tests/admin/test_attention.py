@@ -16,11 +16,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_durable_jobs import registry
 from django_durable_jobs.models import Job, WorkerProcess
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.retry import RetryPolicy
+from django_durable_jobs.rules.vocabulary import WorkerState, worker_state
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import WorkerState, worker_state
 from tests.support import FakeClock, submission
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.admin.urls")]

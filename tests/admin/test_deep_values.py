@@ -17,8 +17,8 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 from django.utils.html import escape
 
-from django_durable_jobs.jsontext import DISPLAY_CAP_BYTES
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.jsontext import DISPLAY_CAP_BYTES
 from django_durable_jobs.store import DurableJobStore, Submission
 from tests.deep_json import deep_outside_rows, maximal_text, nested_text
 

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from django_durable_jobs.models import Job
-from django_durable_jobs.vocabulary import proposal_sha256
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from tests.support import db_state
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,9 +22,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_durable_jobs import registry
 from django_durable_jobs.models import Job, WorkerProcess
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.retry import RetryPolicy
 from django_durable_jobs.store import DurableJobStore
 from tests.support import FakeClock, db_state, submission
 

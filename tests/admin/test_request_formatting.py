@@ -22,11 +22,11 @@ from django.utils import timezone
 import django_durable_jobs.admin as durable_admin
 from django_durable_jobs.admin.actions import cancellation_messages, retry_messages
 from django_durable_jobs.admin.format import WORKER_UNKNOWN, owner_worker_state
-from django_durable_jobs.errors import InputInvalid, JobError, NotReclaimable
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
+from django_durable_jobs.rules.errors import InputInvalid, JobError, NotReclaimable
+from django_durable_jobs.rules.values import RequestResult
+from django_durable_jobs.rules.vocabulary import RequestAnswer, WorkerState, worker_state
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import RequestResult
-from django_durable_jobs.vocabulary import RequestAnswer, WorkerState, worker_state
 from tests.support import db_state, submission
 
 IDS = [uuid.UUID(int=n) for n in range(1, 30)]

@@ -25,9 +25,9 @@ from django.utils.html import escape
 
 from django_durable_jobs.admin import EstimatedCountPaginator
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
+from django_durable_jobs.rules.vocabulary import assess_ownership
+from django_durable_jobs.rules.vocabulary import proposal_sha256 as sha
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import assess_ownership
-from django_durable_jobs.vocabulary import proposal_sha256 as sha
 from tests.support import FakeClock, db_state, submission
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.admin.urls")]

@@ -27,7 +27,7 @@ from django_durable_jobs.api import (
     router,
 )
 from django_durable_jobs.api.errors import INTERNAL_MESSAGE
-from django_durable_jobs.errors import CapacityReached
+from django_durable_jobs.rules.errors import CapacityReached
 from django_durable_jobs.store import DurableJobStore
 from tests.api.support import BASE, OP, Api, refused
 from tests.support import db_state, submission

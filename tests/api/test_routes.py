@@ -14,8 +14,8 @@ import pytest
 from django.test import override_settings
 
 from django_durable_jobs.api.errors import error_response, status_for
-from django_durable_jobs.errors import CapacityReached, DeadlineExceeded, JobError
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import CapacityReached, DeadlineExceeded, JobError
 from tests.api.support import OP, refused
 from tests.support import db_state, submission
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from django_durable_jobs import rows
 from django_durable_jobs.api import routes, schemas
 from django_durable_jobs.management.commands import _jobs_format as cli
-from django_durable_jobs.models import Job, JobAttempt
-from django_durable_jobs.values import RequestResult
-from django_durable_jobs.vocabulary import (
+from django_durable_jobs.models import Job, JobAttempt, rows
+from django_durable_jobs.rules.values import RequestResult
+from django_durable_jobs.rules.vocabulary import (
     AttemptOutcomeChoice,
     JobStatus,
     Ownership,

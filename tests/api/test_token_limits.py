@@ -19,8 +19,8 @@ from django.test import Client
 from django.utils import timezone
 
 from django_durable_jobs.api.tokens import authenticate_token, create_token, token_allows
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import ApiToken, Job
+from django_durable_jobs.rules.errors import InputInvalid
 from tests.api.support import OP, Api, make_user, refused
 from tests.support import db_state
 

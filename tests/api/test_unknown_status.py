@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from django_durable_jobs.models import Job
-from django_durable_jobs.vocabulary import proposal_sha256
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from tests.api.support import refused
 from tests.support import db_state
 

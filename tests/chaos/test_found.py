@@ -29,8 +29,8 @@ import pytest
 from django.db import OperationalError
 
 from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.values import Outcome
 from django_durable_jobs.store import DurableJobStore, Submission
-from django_durable_jobs.values import Outcome
 from django_durable_jobs.worker.attempt import run
 from django_durable_jobs.worker.completer import Completer, Finished
 from django_durable_jobs.worker.context import JobContext

@@ -15,8 +15,8 @@ import pytest
 
 from django_durable_jobs.management.commands import _jobs_format as fmt
 from django_durable_jobs.models import Job
-from django_durable_jobs.values import RequestResult
-from django_durable_jobs.vocabulary import JobStatus, Ownership, RequestAnswer
+from django_durable_jobs.rules.values import RequestResult
+from django_durable_jobs.rules.vocabulary import JobStatus, Ownership, RequestAnswer
 
 AT = datetime(2030, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
 RAW = "3F2504E0-4F89-11D3-9A0C-0305E82C3301"  # upper case: the report says the id as stored

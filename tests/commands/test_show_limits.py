@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_durable_jobs.jsontext import DISPLAY_CAP_BYTES
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.jsontext import DISPLAY_CAP_BYTES
 from django_durable_jobs.store import DurableJobStore, Submission
 from tests.deep_json import deep_outside_rows, maximal_text, nested_text, outside_row
 from tests.support import db_state

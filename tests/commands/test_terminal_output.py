@@ -15,9 +15,9 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from django_durable_jobs.formatting.terminal import UNSAFE
 from django_durable_jobs.models import Job
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.terminal import UNSAFE
 from tests.support import submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

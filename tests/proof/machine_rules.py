@@ -27,12 +27,12 @@ from hypothesis.stateful import (
     rule,
 )
 
-from django_durable_jobs.errors import JobError
-from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, Schedule
+from django_durable_jobs.rules.errors import JobError
+from django_durable_jobs.rules.execution import Execution, Identity, bind_write_fence
+from django_durable_jobs.rules.values import Outcome, canonical_json
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import AttemptOutcome, DurableJobStore, Lease, Submission
-from django_durable_jobs.values import Outcome, canonical_json
-from django_durable_jobs.vocabulary import proposal_sha256
 from tests.proof.model import (
     CANCELLED,
     COMPLETE,

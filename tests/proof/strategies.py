@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from django_durable_jobs.jsontext import MAX_JSON_DEPTH
+from django_durable_jobs.rules.jsontext import MAX_JSON_DEPTH
 
 LONG = os.environ.get("DURABLE_JOBS_PROOF") == "long"
 SUPPRESSED = [

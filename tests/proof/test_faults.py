@@ -44,13 +44,13 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connections
 
-from django_durable_jobs import registry
-from django_durable_jobs.errors import JobError
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, Schedule
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.errors import JobError
+from django_durable_jobs.rules.retry import RetryPolicy
+from django_durable_jobs.rules.values import Outcome
 from django_durable_jobs.schedules import tick_key
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import Outcome
 from django_durable_jobs.worker.connections import reset_broken_connections
 from tests.proof.faults import (
     MESSAGE,

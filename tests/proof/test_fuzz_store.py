@@ -30,10 +30,11 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from django_durable_jobs import validation
-from django_durable_jobs.errors import JobError, TransactionOwned
-from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, Schedule
+from django_durable_jobs.rules import validation
+from django_durable_jobs.rules.errors import JobError, TransactionOwned
+from django_durable_jobs.rules.execution import Execution, Identity, bind_write_fence
+from django_durable_jobs.rules.values import Outcome, canonical_json
 from django_durable_jobs.store import (
     AttemptOutcome,
     DurableJobStore,
@@ -42,7 +43,6 @@ from django_durable_jobs.store import (
     Submission,
     assert_write_fence,
 )
-from django_durable_jobs.values import Outcome, canonical_json
 from tests.proof import strategies as fz
 from tests.support import LEASE, T0, FakeClock, db_state, execution_for, submission
 

@@ -35,15 +35,16 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from django_durable_jobs import registry, submit, submit_many
+from django_durable_jobs import submit, submit_many
 from django_durable_jobs.api.tokens import create_token
-from django_durable_jobs.errors import JobError
 from django_durable_jobs.models import ApiToken, Job, JobAttempt, WorkerProcess
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules import registry
+from django_durable_jobs.rules.errors import JobError
+from django_durable_jobs.rules.retry import RetryPolicy
+from django_durable_jobs.rules.validation import loads_strict
+from django_durable_jobs.rules.values import canonical_json
 from django_durable_jobs.schedules import declared
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.validation import loads_strict
-from django_durable_jobs.values import canonical_json
 from tests.api.support import BASE, make_user
 from tests.proof import strategies as fz
 from tests.support import T0, FakeClock, db_state, live_clock, submission

@@ -45,10 +45,10 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from django_durable_jobs import submit
-from django_durable_jobs.errors import DeadlineExceeded
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.rules.errors import DeadlineExceeded
+from django_durable_jobs.rules.vocabulary import WorkerState
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import WorkerState
 from tests.proof import netns
 from tests.proof.netns import Host
 from tests.settings import TEST_DB
@@ -525,7 +525,7 @@ def test_an_attempt_whose_write_was_refused_as_lost_records_no_failure() -> None
     # an earlier clock, as when a renewal sent before the checkpoint reaches the server after
     # it and revives the lease. The attempt was told to stop, so it must write nothing: not
     # ``failed`` (which would end a resumable job for good because of the network).
-    from django_durable_jobs.registry import operation, unregister
+    from django_durable_jobs.rules.registry import operation, unregister
     from django_durable_jobs.worker import Worker, WorkerOptions
 
     clock, ahead = skewed_clock()

@@ -18,7 +18,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_durable_jobs.errors import (
+from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import (
     CapacityReached,
     DeadlineExceeded,
     ExecutionStopped,
@@ -26,7 +27,6 @@ from django_durable_jobs.errors import (
     LeaseLost,
     NotReclaimable,
 )
-from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.store import (
     AttemptOutcome,
     DurableJobStore,

@@ -12,16 +12,16 @@ import traceback
 
 import pytest
 
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job, JobAttempt
-from django_durable_jobs.outcome import (
+from django_durable_jobs.rules.errors import InputInvalid
+from django_durable_jobs.rules.outcome import (
     TRACEBACK_MAX_CHARS,
     error_class_path,
     failure_details,
     traceback_text,
 )
+from django_durable_jobs.rules.values import Outcome
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import Outcome
 from tests.support import submission
 
 OP = "tracebacks.op"

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.test import override_settings
 
-from django_durable_jobs.errors import InputInvalid, JobError
 from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import InputInvalid, JobError
 from django_durable_jobs.store import (
     AttemptOutcome,
     DurableJobStore,

@@ -13,9 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.values import Claimed
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import Claimed
-from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import LEASE, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

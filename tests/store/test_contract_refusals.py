@@ -15,11 +15,11 @@ import uuid
 import pytest
 
 from django_durable_jobs import operation
-from django_durable_jobs.errors import CapacityReached, InputInvalid, ScopeMismatch
-from django_durable_jobs.execution import Execution, Identity
-from django_durable_jobs.registry import get as registered
+from django_durable_jobs.rules.errors import CapacityReached, InputInvalid, ScopeMismatch
+from django_durable_jobs.rules.execution import Execution, Identity
+from django_durable_jobs.rules.registry import get as registered
+from django_durable_jobs.rules.vocabulary import JobStatus
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import JobStatus
 from tests.support import LEASE, assert_refused, execution_for, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,8 +14,8 @@ from django.db import connections
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.store import DurableJobStore
 from tests.support import submission
 

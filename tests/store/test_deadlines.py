@@ -29,13 +29,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import (
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.rules.errors import (
     DeadlineExceeded,
     ExecutionStopped,
     LockPolicyConflict,
 )
-from django_durable_jobs.execution import Execution, Identity, bind_write_fence
-from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.rules.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.store import AttemptOutcome, DurableJobStore, Lease, PageQuery
 from tests.race_child import Child
 from tests.support import FakeClock, db_state, submission

@@ -15,12 +15,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import InputInvalid, LeaseLost
 from django_durable_jobs.models import Job, JobAttempt
-from django_durable_jobs.registry import operation, unregister
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules.errors import InputInvalid, LeaseLost
+from django_durable_jobs.rules.registry import operation, unregister
+from django_durable_jobs.rules.retry import RetryPolicy
+from django_durable_jobs.rules.values import Outcome
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.values import Outcome
 from tests.support import LEASE, assert_refused, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,11 +23,11 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_durable_jobs.errors import DeadlineExceeded, InputInvalid, LeaseLost
-from django_durable_jobs.execution import Execution, Identity, bind_write_fence
 from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import DeadlineExceeded, InputInvalid, LeaseLost
+from django_durable_jobs.rules.execution import Execution, Identity, bind_write_fence
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Lease, assert_write_fence
-from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import FakeClock, db_state, execution_for, live_clock, submission
 from tests.testapp.models import DomainRow
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import pytest
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import InputInvalid
+from django_durable_jobs.rules.values import Claimed
 from django_durable_jobs.store import Submission
-from django_durable_jobs.values import Claimed
 from django_durable_jobs.worker.attempt import context_of
 from tests.deep_json import nested_text, nested_value, outside_row
 from tests.support import T0, assert_refused, db_state, execution_for, submission

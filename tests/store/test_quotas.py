@@ -11,9 +11,9 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.errors import CapacityReached, IdempotencyConflict, InputInvalid
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.quotas import Rate, quota_for
+from django_durable_jobs.rules.errors import CapacityReached, IdempotencyConflict, InputInvalid
+from django_durable_jobs.rules.quotas import Rate, quota_for
 from django_durable_jobs.store import DurableJobStore
 from tests.support import LEASE, assert_refused, submission
 
@@ -332,7 +332,7 @@ def test_a_submission_counts_the_backlog_at_most_once_a_second(op, monkeypatch):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from django_durable_jobs.quotas import PendingEstimates
+    from django_durable_jobs.rules.quotas import PendingEstimates
 
     monkeypatch.setattr(PendingEstimates, "TTL", 3600.0)  # no second passes in this test
     with quotas({"MAX_PENDING": 100}):

@@ -16,14 +16,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import (
+from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import (
     DeadlineExceeded,
     ExecutionStopped,
     InputInvalid,
     ScopeMismatch,
 )
-from django_durable_jobs.execution import Execution, Identity
-from django_durable_jobs.models import Job
+from django_durable_jobs.rules.execution import Execution, Identity
 from django_durable_jobs.store import CandidatePage, DurableJobStore, PageQuery, Submission
 from tests.support import T0, FakeClock, db_state
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_durable_jobs.errors import InputInvalid, ScopeMismatch
+from django_durable_jobs.rules.errors import InputInvalid, ScopeMismatch
 from django_durable_jobs.store import DurableJobStore
 from tests.support import assert_refused, submission
 

@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from django_durable_jobs.errors import NotReclaimable
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import NotReclaimable
+from django_durable_jobs.rules.vocabulary import JobStatus, Ownership, RequestAnswer
 from django_durable_jobs.store import DurableJobStore, RequestResult
-from django_durable_jobs.vocabulary import JobStatus, Ownership, RequestAnswer
 from tests.support import assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

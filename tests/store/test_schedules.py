@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Schedule, WorkerProcess
+from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.store import ScheduleNotFound
 from tests.store.schedule_support import declare, every, jobs_of, row, worker
 from tests.support import LEASE, T0, assert_refused

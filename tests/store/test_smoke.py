@@ -1,7 +1,7 @@
 import pytest
 
-from django_durable_jobs.errors import LeaseLost
 from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import LeaseLost
 from django_durable_jobs.store import DurableJobStore
 from tests.support import FakeClock, submission
 

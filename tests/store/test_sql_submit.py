@@ -22,9 +22,9 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.dbvendor import WORK_CHANNEL
-from django_durable_jobs.errors import IdempotencyConflict, InputInvalid
+from django_durable_jobs.database.dbvendor import WORK_CHANNEL
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.store import DurableJobStore
 from tests.settings import TEST_DB
 from tests.support import assert_refused, submission

@@ -16,16 +16,16 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import (
+from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import (
     CapacityReached,
     IdempotencyConflict,
     InputInvalid,
     ScopeMismatch,
     TransactionOwned,
 )
-from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Submission
-from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import LEASE, T0, FakeClock, assert_refused, db_state, submission
 from tests.testapp.models import DomainRow
 

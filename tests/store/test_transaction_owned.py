@@ -18,9 +18,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.errors import TransactionOwned
-from django_durable_jobs.execution import Execution, Identity
 from django_durable_jobs.models import Job
+from django_durable_jobs.rules.errors import TransactionOwned
+from django_durable_jobs.rules.execution import Execution, Identity
 from django_durable_jobs.store import AttemptOutcome, DurableJobStore, Lease, PageQuery
 from tests.support import FakeClock, db_state, execution_for, submission
 from tests.testapp.models import DomainRow

@@ -15,15 +15,15 @@ from datetime import timedelta
 
 import pytest
 
-from django_durable_jobs.errors import (
+from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import (
     CapacityReached,
     InputInvalid,
     LeaseLost,
     NotReclaimable,
 )
-from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Lease
-from django_durable_jobs.vocabulary import proposal_sha256
 from tests.support import LEASE, T0, assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from django_durable_jobs.errors import InputInvalid
+from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.store import DurableJobStore, Submission
 from tests.support import assert_refused, submission
 

@@ -17,13 +17,13 @@ import uuid
 import pytest
 
 from django_durable_jobs import submit
-from django_durable_jobs.errors import InputInvalid
 from django_durable_jobs.models import Job, JobAttempt
-from django_durable_jobs.outcome import result_text
-from django_durable_jobs.registry import operation, unregister
+from django_durable_jobs.rules.errors import InputInvalid
+from django_durable_jobs.rules.outcome import result_text
+from django_durable_jobs.rules.registry import operation, unregister
+from django_durable_jobs.rules.values import Claimed, Lease, Outcome
+from django_durable_jobs.rules.vocabulary import proposal_sha256
 from django_durable_jobs.store import DurableJobStore, Submission
-from django_durable_jobs.values import Claimed, Lease, Outcome
-from django_durable_jobs.vocabulary import proposal_sha256
 from django_durable_jobs.worker import Worker, WorkerOptions
 from django_durable_jobs.worker.completer import Completer, Finished
 from django_durable_jobs.worker.held import Held

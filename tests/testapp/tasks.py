@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.tasks import task
 
-from django_durable_jobs.retry import RetryPolicy
+from django_durable_jobs.rules.retry import RetryPolicy
 
 
 def _mark(folder: str | None, name: str, text: str = "") -> None:

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from django_durable_jobs.errors import InputInvalid, JobCancelled, LeaseLost
-from django_durable_jobs.values import Claimed, Lease, Outcome, Recorded
-from django_durable_jobs.vocabulary import AttemptOutcomeChoice
+from django_durable_jobs.rules.errors import InputInvalid, JobCancelled, LeaseLost
+from django_durable_jobs.rules.values import Claimed, Lease, Outcome, Recorded
+from django_durable_jobs.rules.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker import ExecutionReport, attempt
 from django_durable_jobs.worker.reports import AttemptReport, Unwritten, log, report_recorded
 from tests.support import T0

@@ -16,9 +16,9 @@ import pytest
 from django.core.management import call_command
 
 from django_durable_jobs import submit
+from django_durable_jobs.formatting.terminal import UNSAFE
 from django_durable_jobs.models import Job
-from django_durable_jobs.terminal import UNSAFE
-from django_durable_jobs.vocabulary import AttemptOutcomeChoice
+from django_durable_jobs.rules.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker.reports import Unwritten, summary_line
 
 SUMMARY = re.compile(

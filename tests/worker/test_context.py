@@ -17,9 +17,9 @@ import threading
 import pytest
 from django.db import transaction
 
-from django_durable_jobs.errors import InputInvalid, JobCancelled, LeaseLost
-from django_durable_jobs.execution import Identity
 from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.rules.errors import InputInvalid, JobCancelled, LeaseLost
+from django_durable_jobs.rules.execution import Identity
 from django_durable_jobs.store import DurableJobStore, Submission, assert_write_fence
 from django_durable_jobs.worker.context import UNBOUNDED_SECONDS, JobContext
 from tests.support import assert_refused, db_state

@@ -21,8 +21,8 @@ import pytest
 
 from django_durable_jobs import submit
 from django_durable_jobs.models import JobAttempt, JobStatus
+from django_durable_jobs.rules.vocabulary import Ownership, WorkerState
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import Ownership, WorkerState
 from tests.support import db_state, wait_for
 from tests.worker_support import attempts, checkpoint_done, job, marker
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.models import Job
-from django_durable_jobs.vocabulary import AttemptOutcomeChoice
+from django_durable_jobs.rules.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker.attempt import context_of
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.held import Held, HeldState

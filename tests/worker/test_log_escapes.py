@@ -14,10 +14,10 @@ import logging
 import pytest
 
 from django_durable_jobs import submit
+from django_durable_jobs.formatting.terminal import UNSAFE
 from django_durable_jobs.manager import JobManager
 from django_durable_jobs.models import Job
-from django_durable_jobs.terminal import UNSAFE
-from django_durable_jobs.vocabulary import AttemptOutcomeChoice
+from django_durable_jobs.rules.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker import Worker, WorkerOptions
 from django_durable_jobs.worker.reports import AttemptReport, log
 from tests.support import submission

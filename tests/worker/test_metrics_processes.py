@@ -128,8 +128,8 @@ def test_a_lone_worker_serves_its_own_counters(workers):
 
 
 def test_a_frozen_worker_counts_its_lost_lease_and_refused_write(workers, tmp_path):
+    from django_durable_jobs.rules.vocabulary import Ownership
     from django_durable_jobs.store import DurableJobStore
-    from django_durable_jobs.vocabulary import Ownership
 
     job_id = submit("tests.sleep", {"seconds": 1.0, "markers": str(tmp_path)}).pk
     port = free_port()

@@ -30,7 +30,7 @@ from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 from django_durable_jobs import submit
-from django_durable_jobs.dbvendor import WORK_CHANNEL
+from django_durable_jobs.database.dbvendor import WORK_CHANNEL
 from django_durable_jobs.models import Job, JobAttempt, JobStatus, WorkerProcess
 from tests.settings import TEST_DB
 from tests.support import REPO_ROOT, wait_for

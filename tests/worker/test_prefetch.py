@@ -22,8 +22,8 @@ import pytest
 
 from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.rules.vocabulary import WorkerState
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import WorkerState
 from tests.support import wait_for
 from tests.worker_support import RunJobs, attempts, job, marker
 

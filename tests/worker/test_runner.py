@@ -72,7 +72,7 @@ def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim():
     # One job thread, one buffered job: the second waits ~1 s behind the first. Its operation's
     # timeout (0.5 s) bounds its own store calls from when it starts; counted from the claim it
     # would already be spent and complete_atomically would refuse with DeadlineExceeded.
-    from django_durable_jobs.registry import operation, unregister
+    from django_durable_jobs.rules.registry import operation, unregister
 
     @operation("tests.quick_atomic", timeout=0.5)
     def quick_atomic(ctx, payload):
@@ -93,7 +93,7 @@ def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim():
 def test_a_failure_message_the_store_would_refuse_does_not_sink_the_flush():
     # Outcomes are written in batches: a message with a lone surrogate (no UTF-8 form) must be
     # made storable, not refuse its whole flush and leave every job in it to expire.
-    from django_durable_jobs.registry import operation, unregister
+    from django_durable_jobs.rules.registry import operation, unregister
 
     @operation("tests.unencodable")
     def unencodable(ctx, payload):

@@ -28,8 +28,8 @@ from django.utils import timezone
 
 from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
+from django_durable_jobs.rules.vocabulary import Ownership, WorkerState
 from django_durable_jobs.store import DurableJobStore
-from django_durable_jobs.vocabulary import Ownership, WorkerState
 from tests.support import db_state, wait_for
 from tests.worker_support import attempts, job, marker
 

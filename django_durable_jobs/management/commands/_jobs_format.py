@@ -20,14 +20,13 @@ from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from ... import rows
-from ...humanize import relative as age
-from ...jsontext import JsonTooDeep, excerpt, pretty
-from ...models import Job, JobAttempt, Schedule
-from ...terminal import printable, printable_json
-from ...validation import loads_strict
-from ...values import RequestResult
-from ...vocabulary import JobStatus, RequestAnswer
+from ...formatting.humanize import relative as age
+from ...formatting.terminal import printable, printable_json
+from ...models import Job, JobAttempt, Schedule, rows
+from ...rules.jsontext import JsonTooDeep, excerpt, pretty
+from ...rules.validation import loads_strict
+from ...rules.values import RequestResult
+from ...rules.vocabulary import JobStatus, RequestAnswer
 
 LIST_COLUMNS = (
     ("id", "ID"),

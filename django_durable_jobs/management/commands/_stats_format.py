@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from urllib.parse import urlencode
 
-from ...humanize import relative, span
+from ...formatting.humanize import relative, span
 from ...stats import Percentiles, Snapshot
 from ._jobs_format import aligned
 

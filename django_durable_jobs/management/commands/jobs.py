@@ -18,13 +18,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import F
 from django.utils import timezone
 
-from ... import stats, validation
-from ...conf import jobs_settings
-from ...errors import InputInvalid, JobError, NotReclaimable
+from ... import stats
+from ...formatting.terminal import printable
 from ...models import Job, JobAttempt, Schedule
+from ...rules import validation
+from ...rules.conf import jobs_settings
+from ...rules.errors import InputInvalid, JobError, NotReclaimable
+from ...rules.vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from ...store import DurableJobStore, RequestResult, ScheduleNotFound
-from ...terminal import printable
-from ...vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from . import _jobs_format as fmt
 from ._stats_format import stats_text
 

@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import metrics
 from ...checks import schedules_unchecked
-from ...errors import JobError
-from ...terminal import PrintableFormatter, printable
+from ...formatting.terminal import PrintableFormatter, printable
+from ...rules.errors import JobError
 from ...worker import (
     CRASH_LOOP_DEATHS,
     CRASH_LOOP_SECONDS,

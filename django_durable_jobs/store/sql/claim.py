@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Exists
 from django.db.models.expressions import RawSQL
 
-from ...dbvendor import can_update_returning, lock_for_update, quote
+from ...database.dbvendor import can_update_returning, lock_for_update, quote
 from ...models import Job
 from .rows import fetch_jobs, names
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import connections
 
-from ...dbvendor import (
+from ...database.dbvendor import (
     ids_condition,
     json_rows,
     locked_in_id_order,
@@ -28,7 +28,7 @@ from ...dbvendor import (
     takes_json_rows,
 )
 from ...models import Job, JobAttempt
-from ...values import Lease
+from ...rules.values import Lease
 from .. import fence
 
 DECREMENT = object()  # a change that lowers a counter by one: ``column = column - 1``

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.db import connections
 
-from ...dbvendor import (
+from ...database.dbvendor import (
     counted_insert_sql,
     insert_counts_itself,
     insert_from_arrays_sql,

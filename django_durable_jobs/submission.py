@@ -13,8 +13,7 @@ from .rules import registry, validation
 from .rules.conf import jobs_settings
 from .rules.errors import InputInvalid, JobError
 from .rules.validation import listed
-from .store import DurableJobStore, Submission
-from .store.submitting import MAX_SUBMISSIONS
+from .store import MAX_SUBMISSIONS, DurableJobStore, Submission
 
 
 def submit(

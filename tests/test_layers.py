@@ -62,12 +62,20 @@ def _current(module: list[str]) -> list[str]:
     return module
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Return the modules (and names) of this package that the module at ``path`` imports."""
+def _imported_modules(path: Path, *, at_run_time: bool = False) -> set[str]:
+    """Return the modules (and names) of this package that the module at ``path`` imports.
+
+    ``at_run_time`` leaves out the imports only a type checker reads (``if TYPE_CHECKING:``).
+    """
     module = _module_of(path)
     package = module if path.name == "__init__.py" else module[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    if at_run_time:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+                node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
@@ -152,3 +160,47 @@ def test_the_api_and_the_commands_do_not_import_each_other():
         for target in _imported_rooms(path) & {other}
     ]
     assert crossing == []
+
+
+# -- inside the store and the worker ----------------------------------------------------------------
+
+FACES = (
+    "store",
+    "worker",
+)  # packages whose modules the rest of the package reaches only by the face
+
+
+def test_the_client_and_the_fence_import_no_other_room_of_the_store():
+    for name in ("client", "fence"):
+        imported = _imported_modules(PACKAGE / "store" / f"{name}.py", at_run_time=True)
+        assert {m for m in imported if m.startswith("store")} == set(), name
+
+
+def test_code_outside_the_store_and_the_worker_imports_only_their_faces():
+    reached = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        room = _room(path)
+        for module in _imported_modules(path):
+            face, _, inner = module.partition(".")
+            if face in FACES and face != room and inner and not _names_in_face(face, inner):
+                reached.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert reached == []
+
+
+def _names_in_face(face: str, name: str) -> bool:
+    """Return True when ``name`` is a name the face exports rather than one of its modules."""
+    return not _exists([face, name.split(".")[0]])
+
+
+def test_only_the_fence_filters_on_the_fencing_epoch():
+    # The thorough form of this rule is tests/store/test_fence_room.py; this one keeps the worker
+    # and the surfaces to it too.
+    spelled = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "store" / "fence.py" or "migrations" in path.parts:
+            continue
+        text = path.read_text()
+        for form in ("fencing_epoch=", "fencing_epoch__", ".fencing_epoch ==", ".fencing_epoch !="):
+            if form in text:
+                spelled.append(f"{path.relative_to(PACKAGE)}: {form}")
+    assert spelled == []

@@ -44,9 +44,11 @@ from .client import Client
 from .clock import ClockReading
 from .fence import assert_write_fence, completed_by
 from .schedules import Reconciliation, ScheduleNotFound
+from .submitting import MAX_SUBMISSIONS
 from .ticks import MISSED_AFTER, TickPass
 
 __all__ = [
+    "MAX_SUBMISSIONS",
     "MISSED_AFTER",
     "AttemptOutcome",
     "CandidatePage",

@@ -21,6 +21,7 @@ from django.db import DatabaseError
 from ..formatting.terminal import printable
 from ..rules.values import Outcome, Recorded
 from ..rules.vocabulary import JobStatus
+from ..store import completed_by
 from .connections import close_thread_connections, persist, reset_broken_connections
 from .held import Held
 from .reports import AttemptReport, report_recorded
@@ -141,12 +142,10 @@ class Completer(threading.Thread):
         except DatabaseError:
             reset_broken_connections()
             return result
-        lease = outcome.lease
-        if row is not None and (row.status, row.owner_id, row.fencing_epoch, row.result) == (
-            JobStatus.COMPLETE,
-            lease.owner_id,
-            lease.epoch,
-            outcome.result_json,
+        if (
+            row is not None
+            and completed_by(row, outcome.lease)
+            and row.result == outcome.result_json
         ):
             return Recorded(outcome, JobStatus.COMPLETE)
         return result

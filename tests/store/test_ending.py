@@ -20,34 +20,17 @@ from django_durable_jobs.rules.errors import InputInvalid, LeaseLost
 from django_durable_jobs.rules.registry import operation, unregister
 from django_durable_jobs.rules.retry import RetryPolicy
 from django_durable_jobs.rules.values import Outcome
-from django_durable_jobs.store import DurableJobStore
+from tests.store.batch_support import OP, backlog, statements
 from tests.support import LEASE, assert_refused, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-OP = "batch.op"
 LEASE_DELTA = timedelta(seconds=LEASE)
-
-
-def backlog(store: DurableJobStore, count: int, op: str = OP, **kwargs) -> list[Job]:
-    """Defer ``count`` jobs at the clock's time; return them in claim order.
-
-    They tie on priority, ``run_after`` and ``created_at``, so the id decides, in the database's
-    own order of ids (MariaDB's UUID type does not sort like the text of the id).
-    """
-    jobs = [store.defer(op, submission({"n": n}, key=f"{op}-{n}"), **kwargs) for n in range(count)]
-    return list(Job.objects.filter(pk__in=[j.pk for j in jobs]).order_by("created_at", "id"))
 
 
 def history(job_id) -> list[tuple[int, str, str | None]]:
     rows = JobAttempt.objects.filter(job_id=job_id).order_by("epoch", "id")
     return list(rows.values_list("epoch", "outcome", "owner_id"))
-
-
-def statements(queries) -> list[str]:
-    """Return the SQL of ``queries`` without transaction control and lock-policy chatter."""
-    skip = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
-    return [q["sql"] for q in queries if not q["sql"].upper().startswith(skip)]
 
 
 # -- record_outcomes --------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ changes the row only where id, owner, epoch, ``status = running`` and an unexpir
 SQL, and raises ``LeaseLost`` when nothing matched. Each attempt leaves its ``JobAttempt`` row in the
 transaction that ends it.
 
-Each method is a few lines calling one room of plain functions with the store's :class:`Client`:
-``claiming``, ``leases``, ``ending`` (the only code that ends an attempt), ``requests``,
-``atomic`` and ``capacity``, over the one fence (``fence.py``) and the hand-compiled
-statements of ``sql/``; the rest (submissions, reads, schedule rows, worker rows, the clock)
-live in this package too, so fencing is audited by reading ``fence.py``.
+Each method is a few lines calling one room of plain functions with the store's :class:`Client`
+(``client.py``): ``claiming``, ``leases``, ``ending`` (the only code that ends an attempt),
+``requests``, ``atomic``, ``capacity``, ``submitting`` (the one way a job is made), ``reads``,
+``schedules``, ``ticks``, ``workers`` and ``clock``, over the one fence (``fence.py``) and the
+hand-compiled statements of ``sql/``. Fencing is audited by reading ``fence.py``.
 """
 
 import builtins

@@ -24,8 +24,8 @@ from .. import registry, validation
 from ..conf import jobs_settings
 from ..errors import InputInvalid, JobError
 from ..models import ApiToken
+from ..models.tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
 from ..terminal import printable, printable_json
-from .tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
 
 DURATION_RE = re.compile(r"(\d+)([wdhms])")
 DURATION_UNITS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}

@@ -36,9 +36,9 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from django_durable_jobs import registry, submit, submit_many
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.errors import JobError
 from django_durable_jobs.models import ApiToken, Job, JobAttempt, WorkerProcess
+from django_durable_jobs.models.tokens import create_token
 from django_durable_jobs.retry import RetryPolicy
 from django_durable_jobs.schedules import declared
 from django_durable_jobs.store import DurableJobStore

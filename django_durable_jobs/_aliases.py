@@ -1,11 +1,12 @@
 """Serve the old import paths of the modules that moved into the layer packages.
 
 The package root once held about twenty loose modules; they now live in packages named for the
-layer they form (``rules``, ``formatting``, ``observability``, ``models``, ``database``). Code,
-settings and migrations written against the old paths keep working: ``import
-django_durable_jobs.errors`` and ``from django_durable_jobs.values import Lease`` give the very
-module object imported from the new path, and :data:`sys.modules` holds that one object under both
-names, so no model or exception class is ever created twice.
+layer they form (``rules``, ``formatting``, ``observability``, ``models``, ``database``); the API
+tokens and their ``jobs token`` subcommand left ``api``, so that it and ``management`` import
+nothing of each other. Code, settings and migrations written against the old paths keep working:
+``import django_durable_jobs.errors`` and ``from django_durable_jobs.values import Lease`` give the
+very module object imported from the new path, and :data:`sys.modules` holds that one object under
+both names, so no model or exception class is ever created twice.
 
 :class:`MovedModuleFinder` answers only a name in :data:`MOVED` for which the package's own
 directory has no file: a real module at an old path always wins. It sits first on
@@ -55,6 +56,9 @@ MOVED: dict[str, str] = {
     "transactions": "database.transactions",
     # the store's outcome helpers became the outcome value's (served once the file is gone)
     "store.outcomes": "rules.outcome",
+    # the API's tokens: minted beside their model, managed by the jobs command (no ninja needed)
+    "api.tokens": "models.tokens",
+    "api.cli": "management.commands._tokens",
 }
 
 

@@ -34,8 +34,9 @@ STORE_OUTCOMES = Path(django_durable_jobs.__file__).parent / "store" / "outcomes
 OLD_PATHS = sorted(
     old for old in _aliases.MOVED if old != "store.outcomes" or not STORE_OUTCOMES.exists()
 )
-# Modules of the models package need Django's app registry, as django_durable_jobs.models does.
-NEEDS_APPS = {"querysets", "expressions", "rows", "store.outcomes"}  # their package loads models
+# Modules of the models package need Django's app registry, as django_durable_jobs.models does;
+# so do the API's old paths, which run the REST API's package first.
+NEEDS_APPS = {"querysets", "expressions", "rows", "api.tokens", "api.cli", "store.outcomes"}
 
 
 @pytest.mark.parametrize("old", OLD_PATHS)
@@ -68,6 +69,19 @@ def test_from_an_old_path_import_a_name():
     assert _run("from django_durable_jobs.errors import JobError")["JobError"] is JobError
     assert _run("from django_durable_jobs.values import Lease")["Lease"] is Lease
     assert _run("from django_durable_jobs.vocabulary import JobStatus")["JobStatus"] is JobStatus
+
+
+def test_the_api_s_token_paths_are_the_modules_that_moved_out_of_it():
+    from django_durable_jobs.management.commands import _tokens
+    from django_durable_jobs.models import tokens
+
+    create_token = _run("from django_durable_jobs.api.tokens import create_token")["create_token"]
+    assert create_token is tokens.create_token
+    assert _run("from django_durable_jobs.api import tokens")["tokens"] is tokens
+    assert import_string("django_durable_jobs.api.tokens.revoke_token") is tokens.revoke_token
+    handle_token = _run("from django_durable_jobs.api.cli import handle_token")["handle_token"]
+    assert handle_token is _tokens.handle_token
+    assert import_string("django_durable_jobs.api.cli.TOKEN_COLUMNS") is _tokens.TOKEN_COLUMNS
 
 
 def test_an_old_module_is_an_attribute_of_the_package():

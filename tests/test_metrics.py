@@ -208,7 +208,7 @@ def test_a_metrics_port_in_use_is_refused_with_what_to_do():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_web_view_needs_a_token_with_view_job(client):
-    from django_durable_jobs.api.tokens import create_token
+    from django_durable_jobs.models.tokens import create_token
     from tests.api.support import make_user
 
     watcher = create_token(make_user("watcher", ("view_job",)), "default", "prometheus").token

@@ -1,7 +1,7 @@
 """The REST API's bearer tokens: list, create (the token shown once), revoke.
 
-A token is made by :func:`~django_durable_jobs.api.tokens.create_token`, as ``manage.py jobs
-token create`` makes it, and ended by :func:`~django_durable_jobs.api.tokens.revoke_token`. The
+A token is made by :func:`~django_durable_jobs.models.tokens.create_token`, as ``manage.py jobs
+token create`` makes it, and ended by :func:`~django_durable_jobs.models.tokens.revoke_token`. The
 full token exists only in the response to the form that made it: it is never stored, not in the
 session, not in the admin's history. The stored SHA-256 is never shown, searched, ordered or
 filtered on: every lookup that names it is refused (400), however it is reached.
@@ -31,7 +31,8 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from ..api.tokens import (
+from ..models import ApiToken
+from ..models.tokens import (
     TOKEN_PREFIX,
     create_token,
     revoke_token,
@@ -39,7 +40,6 @@ from ..api.tokens import (
     token_expiry,
     token_operations,
 )
-from ..models import ApiToken
 from ..rules import validation
 from ..rules.conf import jobs_settings
 from ..rules.errors import InputInvalid

@@ -17,10 +17,10 @@ from ninja.security.apikey import APIKeyCookie
 from ninja.utils import check_csrf
 
 from ..models import ApiToken
+from ..models.tokens import authenticate_token, token_allows
 from ..rules import validation
 from ..rules.conf import jobs_settings
 from ..rules.errors import InputInvalid
-from .tokens import authenticate_token, token_allows
 
 PERMISSIONS = {
     "view": "durable_jobs.view_job",

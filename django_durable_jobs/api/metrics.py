@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET
 from ninja.errors import AuthorizationError
 
 from .. import metrics
+from ..models.tokens import authenticate_token
 from .auth import PERMISSIONS, scope_of
-from .tokens import authenticate_token
 
 __all__ = ["metrics_view"]
 

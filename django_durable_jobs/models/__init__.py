@@ -1,8 +1,9 @@
 """The job table and its append-only attempt history.
 
 Models hold fields, constraints and indexes; the words they use (statuses, ownership, outcomes)
-and the rules spoken in them live in :mod:`django_durable_jobs.vocabulary`. Every write goes through
-:mod:`django_durable_jobs.store`.
+and the rules spoken in them live in :mod:`django_durable_jobs.vocabulary`. Every write of a job
+goes through :mod:`django_durable_jobs.store`; the REST API's tokens are minted and revoked by
+:mod:`django_durable_jobs.models.tokens`.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import ApiToken
+from django_durable_jobs.models.tokens import create_token
 from tests.admin.test_database_alias import OTHER, _second_alias, other_alias  # noqa: F401
 from tests.api.support import make_user
 

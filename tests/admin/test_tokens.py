@@ -22,8 +22,8 @@ from django.contrib.auth.models import Permission
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import ApiToken
+from django_durable_jobs.models.tokens import create_token
 from tests.api.support import Api, make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.urls")]

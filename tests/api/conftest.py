@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from django_durable_jobs.api.tokens import create_token
+from django_durable_jobs.models.tokens import create_token
 from django_durable_jobs.store import DurableJobStore
 from tests.api.support import Api, make_user
 from tests.support import FakeClock, live_clock

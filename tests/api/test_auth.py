@@ -17,8 +17,8 @@ from django.db import connection
 from django.middleware.csrf import _get_new_csrf_string
 from django.test import Client, override_settings
 
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import ApiToken, Job
+from django_durable_jobs.models.tokens import create_token
 from django_durable_jobs.store import DurableJobStore
 from tests.api.support import BASE, OP, Api, make_user, refused
 from tests.support import db_state, submission
@@ -107,7 +107,7 @@ def test_a_revoked_token_is_refused_and_others_keep_working(user, token):
     other = create_token(user, "red", "second").token
     assert Api(token).get("/jobs").status_code == 200
     row = ApiToken.objects.get(prefix=token.split("_")[1])
-    from django_durable_jobs.api.tokens import revoke_token
+    from django_durable_jobs.models.tokens import revoke_token
 
     assert revoke_token(row.pk) is True
     assert revoke_token(row.pk) is False  # already revoked

@@ -15,7 +15,7 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_durable_jobs.api.cli import add_token_parser, handle_token
+from django_durable_jobs.management.commands._tokens import add_token_parser, handle_token
 from django_durable_jobs.models import ApiToken
 from tests.api.support import Api, make_user
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import Job
+from django_durable_jobs.models.tokens import create_token
 from tests.api.support import OP, Api, make_user, refused
 from tests.support import db_state
 

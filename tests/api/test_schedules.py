@@ -17,8 +17,8 @@ import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import Schedule
+from django_durable_jobs.models.tokens import create_token
 from django_durable_jobs.schedules import next_tick
 from django_durable_jobs.store import DurableJobStore
 from tests.api.support import Api, make_user

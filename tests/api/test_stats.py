@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from django_durable_jobs.api import api as ninja_api
-from django_durable_jobs.api.tokens import create_token
+from django_durable_jobs.models.tokens import create_token
 from django_durable_jobs.store import DurableJobStore
 from tests.api.support import Api, make_user
 from tests.stats_mix import expected

@@ -18,8 +18,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from django_durable_jobs.api.tokens import authenticate_token, create_token, token_allows
 from django_durable_jobs.models import ApiToken, Job
+from django_durable_jobs.models.tokens import authenticate_token, create_token, token_allows
 from django_durable_jobs.rules.errors import InputInvalid
 from tests.api.support import OP, Api, make_user, refused
 from tests.support import db_state
@@ -73,7 +73,7 @@ def test_create_token_refuses_bad_limits_and_writes_nothing(user, limits):
 
 def test_expiry_now_is_already_the_past(user, monkeypatch):
     now = timezone.now()
-    monkeypatch.setattr("django_durable_jobs.api.tokens.timezone.now", lambda: now)
+    monkeypatch.setattr("django_durable_jobs.models.tokens.timezone.now", lambda: now)
     before = _tokens()
     with pytest.raises(InputInvalid, match="future"):
         create_token(user, "red", expires_at=now)
@@ -147,11 +147,11 @@ def test_token_works_until_the_moment_it_expires(user, monkeypatch):
     start = timezone.now()
     issued = create_token(user, "red", expires_at=start + timedelta(seconds=60))
     monkeypatch.setattr(
-        "django_durable_jobs.api.tokens.timezone.now", lambda: start + timedelta(seconds=59)
+        "django_durable_jobs.models.tokens.timezone.now", lambda: start + timedelta(seconds=59)
     )
     assert authenticate_token(issued.token) is not None
     monkeypatch.setattr(
-        "django_durable_jobs.api.tokens.timezone.now", lambda: start + timedelta(seconds=60)
+        "django_durable_jobs.models.tokens.timezone.now", lambda: start + timedelta(seconds=60)
     )
     assert authenticate_token(issued.token) is None
 

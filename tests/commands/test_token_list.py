@@ -13,10 +13,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_durable_jobs.api.cli import TOKEN_COLUMNS
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.management.commands import _jobs_format as fmt
+from django_durable_jobs.management.commands._tokens import TOKEN_COLUMNS
 from django_durable_jobs.models import ApiToken
+from django_durable_jobs.models.tokens import create_token
 from tests.api.support import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)

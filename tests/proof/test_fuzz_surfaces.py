@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.api.tokens import create_token
 from django_durable_jobs.models import ApiToken, Job, JobAttempt, WorkerProcess
+from django_durable_jobs.models.tokens import create_token
 from django_durable_jobs.rules import registry
 from django_durable_jobs.rules.errors import JobError
 from django_durable_jobs.rules.retry import RetryPolicy

@@ -17,9 +17,9 @@ from django_durable_jobs import submit
 from django_durable_jobs.manager import JobManager
 from django_durable_jobs.models import JobAttempt
 from django_durable_jobs.rules import validation
+from django_durable_jobs.rules.outcome import traceback_text
 from django_durable_jobs.rules.values import Claimed, Lease, Outcome, Recorded
 from django_durable_jobs.rules.vocabulary import AttemptOutcomeChoice
-from django_durable_jobs.store.outcomes import traceback_text
 from django_durable_jobs.worker import attempt
 from django_durable_jobs.worker.reports import AttemptReport, log, report_recorded
 from tests.support import submission, wait_for

@@ -118,8 +118,8 @@ def test_an_executor_that_raises_after_its_deadline_keeps_its_traceback():
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
+    from django_durable_jobs.rules.outcome import failure_details
     from django_durable_jobs.rules.values import Claimed, Lease, Outcome
-    from django_durable_jobs.store.outcomes import failure_details
     from django_durable_jobs.worker.held import Held
     from django_durable_jobs.worker.timeouts import Timeouts
 

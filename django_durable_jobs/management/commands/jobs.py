@@ -8,7 +8,6 @@ or malformed id exits 1 after reporting each id.
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import os
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from ...rules.vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from ...store import DurableJobStore, RequestResult, ScheduleNotFound
 from . import _jobs_format as fmt
 from ._stats_format import stats_text
+from ._tokens import add_token_parser, handle_token
 
-API_MISSING = "the REST API is not installed (django_durable_jobs.api.cli is missing)"
 RAW_FIELDS = ("proposal", "checkpoint", "result")  # what ``jobs show ID --raw`` prints
 LIMIT_MAX = 10_000  # rows of one ``jobs list``; page with --status/--operation/... for more
 # ``jobs list --order``: newest first for triage; oldest first is the REST API's page order.
@@ -99,20 +98,12 @@ class Command(BaseCommand):
             )
             action.add_argument("schedule_name", metavar="NAME", help="the schedule's name")
 
-        api_cli = _api_cli()
-        if api_cli is not None:
-            api_cli.add_token_parser(sub)
-        else:
-            token = sub.add_parser("token", help="manage REST API tokens (needs the API)")
-            token.add_argument("rest", nargs=argparse.REMAINDER)
+        add_token_parser(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
         name = options["subcommand"]
         if name == "token":
-            api_cli = _api_cli()
-            if api_cli is None:
-                raise CommandError(API_MISSING)
-            api_cli.handle_token(options, self.stdout)  # a refusal is a CommandError
+            handle_token(options, self.stdout)  # a refusal is a CommandError
             return
         try:
             using = jobs_settings.database(options["database"])
@@ -319,14 +310,3 @@ def _actor() -> str:
     except (KeyError, OSError):
         login = os.environ.get("USER") or "unknown"
     return f"cli:{login}"[: validation.NAME_MAX]
-
-
-def _api_cli():
-    """Return ``django_durable_jobs.api.cli``, or None when the REST API is not installed."""
-    try:
-        from ...api import cli
-    except ImportError as exc:
-        if (exc.name or "").startswith(("django_durable_jobs.api", "ninja")):
-            return None
-        raise
-    return cli

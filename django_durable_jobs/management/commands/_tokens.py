@@ -4,28 +4,30 @@
 (``--expires-in`` or ``--expires-at``); ``list`` shows both (``*``: every operation).
 
 ``jobs.py`` (the ``jobs`` command) calls :func:`add_token_parser` to add the ``token`` subcommand
-and :func:`handle_token` to run it. A new token is printed once and never stored in clear.
+and :func:`handle_token` to run it. A new token is printed once and never stored in clear. Tokens
+are minted and revoked by :mod:`django_durable_jobs.models.tokens` (plain Django), so the
+subcommand works whether or not the REST API (django-ninja) is installed; ``list`` prints through
+the ``jobs`` command's own formatter (``_jobs_format``). The old path
+``django_durable_jobs.api.cli`` is this module (served by :mod:`django_durable_jobs._aliases`).
+Django ignores command modules whose name starts with ``_``, so this one is no command.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
-from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from ..formatting.terminal import printable, printable_json
-from ..models import ApiToken
-from ..rules import registry, validation
-from ..rules.conf import jobs_settings
-from ..rules.errors import InputInvalid, JobError
-from .tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
+from ...models import ApiToken
+from ...models.tokens import TOKEN_PREFIX, create_token, revoke_token, token_expired
+from ...rules import registry, validation
+from ...rules.conf import jobs_settings
+from ...rules.errors import InputInvalid, JobError
+from ._jobs_format import aligned, dumps
 
 DURATION_RE = re.compile(r"(\d+)([wdhms])")
 DURATION_UNITS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -217,10 +219,10 @@ def _list(options: dict[str, Any], stdout) -> int:
         rows = rows.filter(revoked_at__isnull=True)
     data = [_token_row(row) for row in rows]
     if options.get("json"):
-        stdout.write(_dumps(data) + "\n")
+        stdout.write(dumps(data) + "\n")
     elif data:
         cells = [[row[key] for key, _ in TOKEN_COLUMNS] for row in data]
-        stdout.write(_aligned([title for _, title in TOKEN_COLUMNS], cells) + "\n")
+        stdout.write(aligned([title for _, title in TOKEN_COLUMNS], cells) + "\n")
     else:
         stdout.write("No tokens match.\n")
     return 0
@@ -247,31 +249,3 @@ def _token_row(row: ApiToken) -> dict[str, Any]:
         "last_used_at": iso(row.last_used_at),
         "revoked_at": iso(row.revoked_at),
     }
-
-
-# -- how tokens are printed: as ``manage.py jobs`` prints jobs ----------------------------------
-# The jobs command's formatter is the management package's; the REST API imports nothing from
-# it, so these two are its own (tests/commands/test_token_list.py holds them to the same output).
-
-
-def _dumps(value: Any) -> str:
-    """Return ``value`` as indented JSON, escaped for a terminal."""
-    return printable_json(json.dumps(value, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False))
-
-
-def _aligned(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Return ``rows`` under ``header`` as columns padded to their widest cell, two spaces apart.
-
-    Each cell is printed as one line, ``-`` when it is None or empty.
-    """
-    cells = [list(header)]
-    cells += [[_scalar(value) for value in row] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip()
-        for line in cells
-    )
-
-
-def _scalar(value: Any) -> str:
-    return "-" if value is None or value == "" else printable(value, keep_newlines=False)

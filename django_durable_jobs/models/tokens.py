@@ -1,4 +1,6 @@
-"""Bearer tokens of the REST API: made once, stored as a SHA-256 hash, looked up by a public prefix.
+"""Mint, find and revoke the REST API's bearer tokens: rows of :class:`ApiToken`.
+
+A token is made once, stored as a SHA-256 hash, and looked up by a public prefix.
 
 A token reads ``djt_<prefix>_<secret>``. The prefix (12 hex digits) is public and finds the row;
 the secret (43 URL-safe characters) is never stored, only ``sha256(secret)``, which is compared in
@@ -7,6 +9,10 @@ constant time.
 A token may be limited to a list of operations (``ApiToken.operations``; empty means every
 registered one) and may expire (``ApiToken.expires_at``): an expired token is refused exactly like
 an unknown one.
+
+Plain Django, no django-ninja: the REST API authenticates with these functions, ``manage.py jobs
+token`` and the admin mint and revoke with them. The old path ``django_durable_jobs.api.tokens``
+is this module (served by :mod:`django_durable_jobs._aliases`).
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..models import ApiToken
 from ..rules import validation
 from ..rules.conf import jobs_settings
 from ..rules.errors import InputInvalid
+from . import ApiToken
 
 TOKEN_PREFIX = "djt"
 TOKEN_RE = re.compile(r"^djt_([0-9a-f]{12})_([A-Za-z0-9_\-]{20,128})$")

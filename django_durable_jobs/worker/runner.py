@@ -196,6 +196,7 @@ class Worker:
                     return
                 continue
             self.wake.clear()  # before claiming: a wake-up during the claim is kept
+            busy_at_claim = bool(self.holdings)
             claimed = self._claim()
             if claimed is None:  # database unavailable: back off, then try again
                 self.wake.wait(delay)
@@ -214,6 +215,10 @@ class Worker:
             busy = bool(self.holdings)
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:
+                    if busy_at_claim:
+                        # Jobs ended during that claim: claim once more, so what they submitted
+                        # before ending is seen before --burst or --max-jobs says it is done.
+                        continue
                     self.idle.set()
                     return  # --max-jobs reached and done, or --burst found nothing
                 self.idle.set()

@@ -41,7 +41,6 @@ MOVED: dict[str, str] = {
     "registry": "rules.registry",
     "quotas": "rules.quotas",
     "values": "rules.values",
-    "outcome": "rules.outcome",
     "execution": "rules.execution",
     # the surfaces' shared formatting, and what the app tells observers
     "terminal": "formatting.terminal",

@@ -213,7 +213,7 @@ class DurableJobStore:
         """Record a failure: running → failed with ``error`` as the message.
 
         When ``error`` is an exception, its attempt's history row also keeps its class path and
-        its traceback (bounded: :func:`~django_durable_jobs.outcome.traceback_text`). A blank
+        its traceback (bounded: :func:`~django_durable_jobs.rules.outcome.traceback_text`). A blank
         message is refused (``InputInvalid``) before anything is written. The operation's retry
         policy may schedule another attempt.
         """

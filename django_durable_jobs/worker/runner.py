@@ -215,9 +215,10 @@ class Worker:
             busy = bool(self.holdings)
             if not busy:
                 if self._claim_budget() == 0 or self.options.burst:
-                    if busy_at_claim:
-                        # Jobs ended during that claim: claim once more, so what they submitted
-                        # before ending is seen before --burst or --max-jobs says it is done.
+                    if busy_at_claim or claimed:
+                        # Jobs ended since that claim began (or it claimed some, already ended):
+                        # claim once more, so what they submitted before ending is seen before
+                        # --burst or --max-jobs says it is done.
                         continue
                     self.idle.set()
                     return  # --max-jobs reached and done, or --burst found nothing

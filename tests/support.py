@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
 from django.utils import timezone
 
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt
@@ -132,3 +134,22 @@ def run_python(code: str, env: dict[str, str], timeout: float = 120) -> subproce
         text=True,
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def second_alias(name: str):
+    """Add the database alias ``name``: the test database again, through a connection of its own.
+
+    Use it in a module-scoped fixture, so the alias exists before each test's database fixture
+    checks its ``databases``.
+    """
+    connections.settings[name] = {**connections.settings["default"]}
+    try:
+        yield
+    finally:
+        connections[name].close()
+        try:
+            del connections[name]
+        except AttributeError:
+            pass
+        del connections.settings[name]

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
 from django_durable_jobs.store import DurableJobStore
-from tests.support import db_state, submission
+from tests.support import db_state, second_alias, submission
 
 OTHER = "durable_jobs_other"
 
@@ -38,16 +38,8 @@ def _second_alias(django_db_setup):
 
     Module-scoped, so it exists before each test's database fixture checks its ``databases``.
     """
-    connections.settings[OTHER] = {**connections.settings["default"]}
-    try:
+    with second_alias(OTHER):
         yield
-    finally:
-        connections[OTHER].close()
-        try:
-            del connections[OTHER]
-        except AttributeError:
-            pass
-        del connections.settings[OTHER]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django_durable_jobs.models import Job
 from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.store import DurableJobStore
-from tests.support import submission
+from tests.support import second_alias, submission
 
 OTHER = "durable_jobs_other"
 
@@ -27,16 +27,8 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", OTHER
 @pytest.fixture(scope="module", autouse=True)
 def _second_alias(django_db_setup):
     """Add the alias ``OTHER``: the test database again, through a connection of its own."""
-    connections.settings[OTHER] = {**connections.settings["default"]}
-    try:
+    with second_alias(OTHER):
         yield
-    finally:
-        connections[OTHER].close()
-        try:
-            del connections[OTHER]
-        except AttributeError:
-            pass
-        del connections.settings[OTHER]
 
 
 def test_a_store_without_using_takes_the_database_setting_s_alias():

@@ -8,7 +8,21 @@ from .rules.errors import JobCancelled, JobError
 from .rules.registry import operation
 from .schedules import every
 
-__all__ = ["JobCancelled", "JobError", "every", "operation", "submit", "submit_many"]
+__all__ = [
+    "JobCancelled",
+    "JobError",
+    "Workflow",
+    "chain",
+    "chord",
+    "every",
+    "group",
+    "operation",
+    "submit",
+    "submit_many",
+]
+
+# Imported when first used: they need the app's models, which a settings module cannot.
+_WORKFLOW_NAMES = frozenset({"Workflow", "chain", "chord", "group"})
 
 
 def submit(operation, payload, **options):  # noqa: ANN001, ANN201 - typed in .submission
@@ -26,7 +40,12 @@ def submit_many(operation, payloads, **options):  # noqa: ANN001, ANN201 - typed
 
 
 def __getattr__(name: str) -> ModuleType:
-    """Return a moved module under its old attribute name: ``django_durable_jobs.errors``."""
+    """Return the workflow names, or a moved module under its old attribute name
+    (``django_durable_jobs.errors``)."""
+    if name in _WORKFLOW_NAMES:
+        from . import workflows
+
+        return getattr(workflows, name)
     return _aliases.moved_module(name)
 
 

@@ -82,6 +82,15 @@ def check_settings(app_configs=None, **kwargs) -> list:
                 "DURABLE_JOBS['LEASE_SECONDS'] must be a positive number.", id="durable_jobs.E005"
             )
         )
+    most = raw.get("WORKFLOW_MAX_JOBS", conf.DEFAULTS["WORKFLOW_MAX_JOBS"])
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 100_000:
+        errors.append(
+            Error(
+                "DURABLE_JOBS['WORKFLOW_MAX_JOBS'] must be a whole number from 1 to 100000.",
+                hint="It bounds the jobs of one workflow; the default is 5000.",
+                id="durable_jobs.E016",
+            )
+        )
     for problem in validation.scope_problems([*named, *jobs_settings.SCOPE_QUOTAS]):
         errors.append(
             Error(

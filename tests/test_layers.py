@@ -30,7 +30,7 @@ LAYERS = [
     {"database", "stats"},
     {"checks"},
     {"store"},
-    {"submission", "worker", "metrics"},
+    {"submission", "workflows", "worker", "metrics"},
     {"manager"},
     {"admin", "api", "management", "apps", "backends", "__init__"},
 ]

@@ -95,7 +95,12 @@ def test_every_terminal_status_is_terminal_whatever_the_lease_says(status):
 
 def test_the_terminal_statuses_are_exactly_the_documented_four():
     assert TERMINAL_STATUSES == {"complete", "failed", "cancelled", "orphaned"}
-    assert set(JobStatus.values) == TERMINAL_STATUSES | {"pending", "running"}
+    assert set(JobStatus.values) == TERMINAL_STATUSES | {
+        "pending",
+        "waiting",
+        "sleeping",
+        "running",
+    }
 
 
 # -- rule 2: unclaimed ---------------------------------------------------------------------------
@@ -313,9 +318,17 @@ def test_the_assessment_follows_the_documented_rule_order(
         and proposal_kind in ("valid", "bad-json")
         and checked is True
     )
+    # A workflow's waiting job or a sleeping one: held by nobody, whatever its attempts.
+    parked = (
+        status in ("waiting", "sleeping")
+        and not owner
+        and lease is None
+        and proposal_kind in ("valid", "bad-json")
+        and checked is True
+    )
     if status in TERMINAL_STATUSES:
         expected = "terminal"
-    elif authentic:
+    elif authentic or parked:
         expected = "unclaimed"
     elif not owner or lease is None or status != "running":
         expected = "legacy-unknown"
@@ -513,4 +526,5 @@ def test_every_state_word_is_spelled_once_as_an_enum_value():
         "cancelled",
         "interrupted",
         "released",
+        "slept",
     }

@@ -21,6 +21,7 @@ from ..rules.vocabulary import (
     AttemptOutcomeChoice,
     JobStatus,
     Ownership,
+    UpstreamFailure,
     WorkerState,
     assess_ownership,
     diagnose,
@@ -34,9 +35,12 @@ __all__ = [
     "Dashboard",
     "Job",
     "JobAttempt",
+    "JobDependency",
     "JobStatus",
+    "JobStep",
     "Schedule",
     "WorkerProcess",
+    "Workflow",
 ]
 
 
@@ -73,6 +77,20 @@ class Job(models.Model):
     # W3C trace context (JSON {"traceparent": ..., "tracestate": ...}) of the span that enqueued
     # the job, when OpenTelemetry is installed: kept beside the input, never part of its hash.
     trace_context = models.TextField(null=True, blank=True)
+    # A workflow's job (docs/workflows.md): its workflow, its name there (may be empty: its
+    # parents' results are then keyed by its id), how many parents have not completed, and
+    # what a parent's failure does to it. ``released_at`` is when its last parent released it.
+    workflow = models.ForeignKey(
+        "Workflow", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    node = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    waiting_on = models.PositiveIntegerField(default=0)
+    on_upstream_failure = models.CharField(
+        max_length=8, choices=UpstreamFailure.choices, default=UpstreamFailure.CANCEL
+    )
+    released_at = models.DateTimeField(null=True, blank=True)
+    # Set by ctx.sleep(): the time the job is due again (kept after it woke, as evidence).
+    sleep_until = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -185,6 +203,87 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.epoch} of {self.job_id}: {self.outcome}"
+
+
+class Workflow(models.Model):
+    """A graph of jobs submitted together, all or nothing (docs/workflows.md).
+
+    ``graph`` is the canonical JSON of what was submitted (nodes, operations, input hashes,
+    edges); its SHA-256, ``graph_hash``, tells a repeat of the same key and graph (the same
+    workflow) from a conflicting one. Its jobs are ordinary jobs; its state is theirs.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=NAME_MAX)
+    scope = models.CharField(max_length=NAME_MAX)
+    idempotency_key = models.CharField(max_length=KEY_MAX)
+    graph = models.TextField()
+    graph_hash = models.CharField(max_length=64)
+    job_count = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+    # Who asked, and when, to cancel or retry the whole workflow (the latest request).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    retry_requested_at = models.DateTimeField(null=True, blank=True)
+    requested_by = models.CharField(max_length=NAME_MAX, blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "name", "idempotency_key"], name="durable_jobs_unique_workflow"
+            ),
+        ]
+        indexes = [models.Index(fields=["created_at", "id"], name="durable_jobs_workflow_idx")]
+        permissions = [
+            ("cancel_workflow", "Can cancel a workflow"),
+            ("retry_workflow", "Can retry a workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.id}"
+
+
+class JobDependency(models.Model):
+    """An edge of a workflow: ``child`` waits for ``parent`` to complete. Written at submit."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="edges")
+    parent = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="child_links")
+    child = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="parent_links")
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "job dependencies"
+        constraints = [
+            models.UniqueConstraint(fields=["parent", "child"], name="durable_jobs_unique_edge"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id} -> {self.child_id}"
+
+
+class JobStep(models.Model):
+    """A step's recorded result (``ctx.step``): written under the attempt's fence, never changed.
+
+    ``position`` is the step's place in the job's sequence of steps; ``epoch`` the attempt that
+    recorded it.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="steps")
+    position = models.PositiveIntegerField()
+    name = models.CharField(max_length=NAME_MAX)
+    result = models.TextField()
+    epoch = models.BigIntegerField()
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "position"], name="durable_jobs_step_position"),
+            models.UniqueConstraint(fields=["job", "name"], name="durable_jobs_step_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.position} {self.name!r} of {self.job_id}"
 
 
 class WorkerProcess(models.Model):

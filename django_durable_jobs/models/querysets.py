@@ -13,11 +13,19 @@ from django.db import models
 from django.db.models import Case, F, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
-from ..rules.vocabulary import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus, Ownership
+from ..rules.vocabulary import (
+    PARKED_STATUSES,
+    RETRYABLE_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    Ownership,
+)
 from .expressions import Utf8Sha256
 
 TERMINAL = sorted(TERMINAL_STATUSES)
-RETRYABLE = list(RETRYABLE_STATUSES)
+PARKED = list(PARKED_STATUSES)
+# Rows a retry request (a person's, a retry policy's, or a sleep's end) makes claimable again.
+DUE_AGAIN = [*RETRYABLE_STATUSES, JobStatus.SLEEPING]
 
 
 class JobQuerySet(models.QuerySet):
@@ -53,14 +61,15 @@ class JobQuerySet(models.QuerySet):
         )
 
     def retry_requested(self, now: datetime) -> JobQuerySet:
-        """Return failed or cancelled rows somebody (or a retry policy) asked to run again, due.
+        """Return failed or cancelled rows somebody (or a retry policy) asked to run again, due,
+        and sleeping rows whose sleep is over.
 
         A retry policy sets ``run_after`` to the end of its backoff; a person's request is due
-        at once (``run_after`` is in the past).
+        at once (``run_after`` is in the past); ``ctx.sleep()`` sets it to the wake-up time.
         """
         return self.filter(
             retry_requested_at__isnull=False,
-            status__in=RETRYABLE,
+            status__in=DUE_AGAIN,
             run_after__lte=now,
         )
 
@@ -110,7 +119,7 @@ class JobQuerySet(models.QuerySet):
         wanted = Q(retry_requested_at__isnull=False)
         if resume:
             wanted |= Q(operation__in=sorted(resume))
-        retry = Q(retry_requested_at__isnull=False, status__in=RETRYABLE)
+        retry = Q(retry_requested_at__isnull=False, status__in=DUE_AGAIN)
         return self.filter((retry & Q(run_after__lte=now)) | (expired & wanted))
 
     def scope_turn(self, after: str) -> JobQuerySet:
@@ -140,13 +149,17 @@ class JobQuerySet(models.QuerySet):
         its own limits (MariaDB's ``JSON_VALID`` gives up at depth 32).
         """
         no_owner_id = Q(owner_id__isnull=True) | Q(owner_id="")
-        authentic = no_owner_id & Q(
-            status=JobStatus.PENDING,
-            lease_expires_at__isnull=True,
-            attempts=0,
-            proposal__isnull=False,
-            proposal_checked=True,
-            proposal_hash=F("_proposal_sha256"),
+        # Fresh pending work, or a waiting or sleeping row (vocabulary.is_parked).
+        unheld = Q(status=JobStatus.PENDING, attempts=0) | Q(status__in=PARKED)
+        authentic = (
+            no_owner_id
+            & unheld
+            & Q(
+                lease_expires_at__isnull=True,
+                proposal__isnull=False,
+                proposal_checked=True,
+                proposal_hash=F("_proposal_sha256"),
+            )
         )
         no_owner = no_owner_id | Q(lease_expires_at__isnull=True) | ~Q(status=JobStatus.RUNNING)
         return self.annotate(_proposal_sha256=Utf8Sha256("proposal")).annotate(

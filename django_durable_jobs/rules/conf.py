@@ -22,6 +22,8 @@ Defaults:
 ``SCHEDULES``           ``{}`` — schedule name → recurring job (``operation``, ``cron`` or ``every``,
                         ``payload``, ``timezone``…) that every ``runjobs`` process submits; see
                         ``django_durable_jobs.schedules``.
+``WORKFLOW_MAX_JOBS``   ``5_000`` — the most jobs one workflow may hold (``Workflow.submit()``
+                        refuses more); from 1 to 100,000.
 
 ``manage.py check`` reports unknown keys and values of the wrong type (``durable_jobs.E00x``).
 """
@@ -46,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "SCOPE_QUOTAS": {},
     "RATE_LIMIT_CACHE": "default",
     "SCHEDULES": {},
+    "WORKFLOW_MAX_JOBS": 5_000,
 }
 
 
@@ -103,6 +106,10 @@ class JobsSettings:
         """Return the schedules as written; ``schedules.settings_schedules()`` checks them."""
         value = _raw("SCHEDULES")
         return value if isinstance(value, dict) else {}
+
+    @property
+    def WORKFLOW_MAX_JOBS(self) -> int:  # noqa: N802
+        return int(_raw("WORKFLOW_MAX_JOBS"))
 
     def database(self, using: str | None = None) -> str:
         """Return ``using`` when given, else the ``DATABASE`` alias of the job tables."""

@@ -25,7 +25,9 @@ from .validation import JsonTooDeep, loads_strict
 
 __all__ = [
     "OWNERSHIP_STATES",
+    "PARKED_STATUSES",
     "TERMINAL_STATUSES",
+    "UpstreamFailure",
     "AttemptOutcomeChoice",
     "JobRow",
     "JobStatus",
@@ -38,6 +40,7 @@ __all__ = [
     "diagnose",
     "is_authentic_pending",
     "is_json",
+    "is_parked",
     "is_takeable",
     "json_defect",
     "proposal_defect",
@@ -52,6 +55,12 @@ class JobStatus(TextChoices):
     """Where a job is in its life; ``orphaned`` exists only on rows imported from elsewhere."""
 
     PENDING = "pending", "pending"
+    # A workflow's job whose parents have not all completed: no claim takes it; the completion
+    # of its last parent makes it pending in the same fenced transaction (store/workflows.py).
+    WAITING = "waiting", "waiting"
+    # An attempt called ctx.sleep(): no owner, no lease, due again at ``run_after``
+    # (``sleep_until``); steps and checkpoint kept, no attempt consumed.
+    SLEEPING = "sleeping", "sleeping"
     RUNNING = "running", "running"
     COMPLETE = "complete", "complete"
     FAILED = "failed", "failed"
@@ -64,6 +73,9 @@ TERMINAL_STATUSES = frozenset(
 )
 # A person may ask for a new attempt of these (and of an expired lease).
 RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED)
+# Not ended, yet held by nobody and not claimable as fresh pending work: a waiting job starts
+# once its parents completed, a sleeping one when its sleep is over.
+PARKED_STATUSES = (JobStatus.WAITING, JobStatus.SLEEPING)
 
 
 class Ownership(TextChoices):
@@ -88,6 +100,15 @@ class AttemptOutcomeChoice(TextChoices):
     INTERRUPTED = "interrupted", "interrupted"
     # A stopping worker handed back a claim it never started; not counted in ``Job.attempts``.
     RELEASED = "released", "released"
+    # The attempt called ctx.sleep(): ended without failing, not counted in ``Job.attempts``.
+    SLEPT = "slept", "slept"
+
+
+class UpstreamFailure(TextChoices):
+    """What a workflow job does when a parent fails for good or is cancelled."""
+
+    CANCEL = "cancel", "cancel"  # it is cancelled, with a reason naming the parent
+    RUN = "run", "run"  # it runs once its other parents ended (the parent's result is None)
 
 
 class WorkerState(TextChoices):
@@ -236,11 +257,25 @@ def is_authentic_pending(row: JobRow) -> bool:
     )
 
 
+def is_parked(row: JobRow) -> bool:
+    """Return True for an intact waiting or sleeping row: not ended, and nobody holds it."""
+    return (
+        row.status in PARKED_STATUSES
+        and not row.owner_id
+        and row.lease_expires_at is None
+        and proposal_defect(row) is None
+    )
+
+
 def assess_ownership(row: JobRow, now: datetime) -> Ownership:
-    """Return who may change the row at ``now``; the first rule that applies wins."""
+    """Return who may change the row at ``now``; the first rule that applies wins.
+
+    A waiting or sleeping row is unclaimed: nobody holds it (``claim_refusal`` still refuses to
+    take it before its time).
+    """
     if row.status in TERMINAL_STATUSES:
         return Ownership.TERMINAL
-    if is_authentic_pending(row):
+    if is_authentic_pending(row) or is_parked(row):
         return Ownership.UNCLAIMED
     if not row.owner_id or row.lease_expires_at is None or row.status != JobStatus.RUNNING:
         return Ownership.LEGACY_UNKNOWN
@@ -262,8 +297,14 @@ def is_takeable(row: JobRow) -> bool:
 def claim_refusal(row: JobRow, state: Ownership) -> str | None:
     """Return why ``claim(job_id)`` must refuse a row in ``state``, or None when it may take it.
 
-    Unclaimed pending rows and expired leases can be claimed; nothing else can.
+    Unclaimed pending rows and expired leases can be claimed; nothing else can (a waiting job
+    starts when its parents complete, a sleeping one when its sleep ends).
     """
+    if row.status == JobStatus.WAITING:
+        return f"Job {row.pk} cannot be claimed: it waits for its workflow's upstream jobs."
+    if row.status == JobStatus.SLEEPING:
+        until = getattr(row, "run_after", None)
+        return f"Job {row.pk} cannot be claimed: it sleeps until {until}."
     if state in (Ownership.UNCLAIMED, Ownership.EXPIRED):
         return None
     reasons = {
@@ -311,7 +352,7 @@ def cancel_answer(row: JobRow | None) -> RequestAnswer:
         return RequestAnswer.NOT_FOUND
     if row.status in TERMINAL_STATUSES:
         return RequestAnswer.ALREADY_ENDED
-    if row.status == JobStatus.PENDING:
+    if row.status in (JobStatus.PENDING, *PARKED_STATUSES):
         return RequestAnswer.CANCELLED_NOW
     if row.cancellation_requested_at is not None:
         return RequestAnswer.ALREADY_REQUESTED

@@ -8,7 +8,8 @@ transaction that ends it.
 Each method is a few lines calling one room of plain functions with the store's :class:`Client`
 (``client.py``): ``claiming``, ``leases``, ``ending`` (the only code that ends an attempt),
 ``requests``, ``atomic``, ``capacity``, ``submitting`` (the one way a job is made), ``reads``,
-``schedules``, ``ticks``, ``workers`` and ``clock``, over the one fence (``fence.py``) and the
+``schedules``, ``ticks``, ``workers``, ``clock``, ``steps`` and ``workflows`` (behind
+``store.workflows``, ``workflow_face.py``), over the one fence (``fence.py``) and the
 hand-compiled statements of ``sql/``. Fencing is audited by reading ``fence.py``.
 """
 
@@ -40,12 +41,16 @@ from ..schedules import ScheduleSpec
 from . import atomic, claiming, ending, reads, requests, schedules, submitting, ticks, workers
 from . import clock as clock_room
 from . import leases as lease_room
+from . import steps as step_room
+from . import workflows as workflow_room
 from .client import Client
 from .clock import ClockReading
 from .fence import assert_write_fence, completed_by
 from .schedules import Reconciliation, ScheduleNotFound
 from .submitting import MAX_SUBMISSIONS
 from .ticks import MISSED_AFTER, TickPass
+from .workflow_face import WorkflowFace
+from .workflows import WorkflowNotFound
 
 __all__ = [
     "MAX_SUBMISSIONS",
@@ -64,6 +69,8 @@ __all__ = [
     "ScheduleNotFound",
     "Submission",
     "TickPass",
+    "WorkflowFace",
+    "WorkflowNotFound",
     "assert_write_fence",
     "bind_write_fence",
     "completed_by",
@@ -563,3 +570,41 @@ class DurableJobStore:
         disagree about which leases are alive; the database's clock is the reference they share.
         """
         return clock_room.clock_skew(self._client)
+
+    # -- steps, sleep and workflows (docs/workflows.md) ----------------------------------------
+
+    def record_step(
+        self,
+        lease: Lease,
+        position: int,
+        name: str,
+        result: Any = None,
+        *,
+        call: Callable[[], Any] | None = None,
+    ) -> str:
+        """Record a step's result under ``lease``'s fence; return its JSON (``ctx.step``).
+
+        With ``call``, the result is ``call()`` run inside the fenced transaction, so its
+        writes and the record commit together (``ctx.step_atomically``).
+        """
+        return step_room.record_step(self._client, lease, position, name, result, call=call)
+
+    def recorded_steps(self, job_id: Any) -> builtins.list[tuple[str, str]]:
+        """Return the job's recorded steps as (name, result JSON), in order. Writes nothing."""
+        return step_room.recorded_steps(self._client, job_id)
+
+    def sleep(self, lease: Lease, seconds: Any) -> datetime:
+        """End the attempt without failing it; the job is due again after ``seconds``.
+
+        Return when it is due. The attempt is not counted; checkpoint and steps are kept.
+        """
+        return step_room.sleep(self._client, lease, seconds)
+
+    def upstream(self, job_id: Any) -> dict[str, Any]:
+        """Return the results of a workflow job's parents by name (or id). Writes nothing."""
+        return workflow_room.upstream(self._client, job_id)
+
+    @property
+    def workflows(self) -> WorkflowFace:
+        """Submit, read, cancel and retry workflows with this client."""
+        return WorkflowFace(self._client)

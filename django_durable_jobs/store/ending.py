@@ -29,7 +29,7 @@ from ..rules.outcome import ERROR_CLASS_MAX, TRACEBACK_MAX_CHARS, refused_result
 from ..rules.values import Lease, Outcome, Recorded
 from ..rules.vocabulary import AttemptOutcomeChoice, JobStatus
 from . import client as client_room
-from . import fence
+from . import fence, workflows
 from .client import Client
 from .sql.rows import DECREMENT, JobRows, insert_attempts
 
@@ -165,20 +165,27 @@ def end_rows(
         for ending in endings
     ]
     insert_attempts(client.using, history)
+    retrying = set()
     if retry:
         for ending in endings:
-            if ending.row.status == JobStatus.FAILED:
-                schedule_retry(client, ending.row, now)
+            if ending.row.status == JobStatus.FAILED and schedule_retry(client, ending.row, now):
+                retrying.add(ending.row.pk)
+    # A workflow's children hear of their parents' endings in this same fenced transaction.
+    workflows.hand_off(client, (ending.row for ending in endings), now, retrying=retrying)
 
 
-def schedule_retry(client: Client, row: Job, now: datetime) -> None:
-    """Ask for another attempt after the backoff when the operation's retry policy allows."""
+def schedule_retry(client: Client, row: Job, now: datetime) -> bool:
+    """Ask for another attempt after the backoff when the operation's retry policy allows.
+
+    Return True when it did: the job has not failed for good.
+    """
     spec = registry.get(row.operation)
     policy = spec.retry if spec else None
     if policy is None or not policy.allows_another(row.attempts):
-        return
+        return False
     due = now + timedelta(seconds=policy.delay(row.attempts))
     Job.objects.using(client.using).filter(pk=row.pk).update(retry_requested_at=now, run_after=due)
+    return True
 
 
 def record(

@@ -25,13 +25,15 @@ from ..rules.vocabulary import (
     retry_refusal,
 )
 from . import client as client_room
+from . import workflows
 from .client import Client
 
 
 def request_cancel(client: Client, job_id: Any, *, execution: Execution | None) -> RequestResult:
     """Ask for cancellation and return what it did, with the job as it left it.
 
-    A pending job is cancelled at once; a running one gets a request its owner carries out
+    A pending, waiting or sleeping job is cancelled at once (a workflow's waiting children of it
+    are cancelled too, or released, as ``on_upstream_failure`` says); a running one gets a request its owner carries out
     (the first request wins, the status stays running); a job that ended keeps its result.
     """
     validation.job_id(job_id)
@@ -50,6 +52,10 @@ def request_cancel(client: Client, job_id: Any, *, execution: Execution | None) 
             changes["cancellation_requested_at"] = now
         if changes:
             Job.objects.using(client.using).filter(pk=row.pk, status=row.status).update(**changes)
+        if answer == RequestAnswer.CANCELLED_NOW and row.workflow_id is not None:
+            ended = answered(answer, row, changes, now, "cancellation_requested_at")
+            workflows.hand_off(client, [row], now)  # its waiting children hear of it
+            return ended
         return answered(answer, row, changes, now, "cancellation_requested_at")
 
 

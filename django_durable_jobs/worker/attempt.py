@@ -24,7 +24,7 @@ from ..rules.errors import JobCancelled
 from ..rules.values import Claimed, Outcome
 from ..rules.vocabulary import AttemptOutcomeChoice
 from .connections import persist
-from .context import JobContext
+from .context import JobContext, Slept
 from .reports import AttemptReport, Unwritten, log, report_recorded
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def run_and_record(
     started = time.monotonic()
     outcome = run(ctx, executor)
     if outcome is None:
-        report = AttemptReport.of(claim, AttemptOutcomeChoice.COMPLETE, time.monotonic() - started)
+        report = AttemptReport.of(claim, ended_itself(ctx), time.monotonic() - started)
     elif stopped_by_lost_lease(ctx, outcome):
         report = AttemptReport.of(
             claim, Unwritten.LEASE_LOST, time.monotonic() - started, outcome.error
@@ -114,6 +114,13 @@ def run_and_record(
         report = report_recorded(claim, recorded, time.monotonic() - started)
     log(report)
     return report
+
+
+def ended_itself(ctx: JobContext | None) -> AttemptOutcomeChoice:
+    """Return how an attempt that recorded its own end ended: it slept, or it completed."""
+    if ctx is not None and ctx.slept_until is not None:
+        return AttemptOutcomeChoice.SLEPT
+    return AttemptOutcomeChoice.COMPLETE
 
 
 def stopped_by_lost_lease(ctx: JobContext | None, outcome: Outcome | None) -> bool:
@@ -143,6 +150,8 @@ def _call(executor: Executor, ctx: JobContext) -> tuple[Outcome | None, Exceptio
     """
     try:
         value = executor(ctx)
+    except Slept:
+        return None, None  # ctx.sleep() ended the attempt itself
     except JobCancelled:
         return Outcome.stopped(ctx.lease), None
     except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics
+from ..rules import validation
 from ..rules.errors import InputInvalid, JobCancelled, JobError, LeaseLost
 from ..rules.execution import Execution, Identity, bind_write_fence
 from ..rules.validation import JsonTooDeep, loads_strict
@@ -20,6 +22,23 @@ if TYPE_CHECKING:
 
 # An executor's own execution is bounded by its operation's timeout, or effectively not at all.
 UNBOUNDED_SECONDS = 10 * 365 * 86_400.0
+
+
+class Slept(BaseException):  # noqa: N818 - a control-flow signal, like SystemExit, not an error
+    """Raised by ``ctx.sleep()`` once the sleep is recorded, to end the executor at once.
+
+    A ``BaseException``, so an ``except Exception`` in the job's code does not swallow it.
+    """
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__(f"sleeping until {until}")
+        self.until = until
+
+
+class StepSequenceChanged(JobError):
+    """A run's steps differ from those recorded by an earlier attempt of the same job."""
+
+    code = "E_JOB_STEP_SEQUENCE"
 
 
 class JobContext:
@@ -48,6 +67,10 @@ class JobContext:
         self.cancel_event = cancel_event or threading.Event()
         self.lease_lost = False
         self.completed = False
+        self.slept_until: datetime | None = None
+        self._steps: list[tuple[str, str]] | None = None  # recorded by earlier attempts
+        self._ran: list[str] = []  # this run's step names, in order
+        self._upstream: dict[str, Any] | None = None
         # While the database restarts, ctx writes wait and retry instead of failing the job.
         self.retry_until = retry_until or (lambda: False)
         identity = Identity(job.scope, store.actor, job.operation, job.idempotency_key)
@@ -112,6 +135,94 @@ class JobContext:
         receipt = self._fenced("complete_atomically", attempt)
         self.completed = True
         return receipt
+
+    # -- steps, sleep and upstream results (docs/workflows.md) --------------------------------
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job; return its JSON result.
+
+        The result is recorded under ``name`` in a fenced write: a later attempt (a reclaim, a
+        retry) gets the recorded result back without calling ``fn``. ``fn``'s effects outside
+        the database are at least once (a crash after them and before the record runs it
+        again); use :meth:`step_atomically` for a database write that must happen once.
+        """
+        position, recorded = self._next_step(name)
+        if recorded is None:
+            recorded = self._record_step(position, name, value=fn(*args, **kwargs))
+        self._ran.append(name)
+        return loads_strict(recorded)
+
+    def step_atomically(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Like :meth:`step`, but ``fn`` runs inside the transaction that records the step.
+
+        The job's row is locked and the lease checked first; ``fn``'s writes to the same
+        database commit with the record or not at all, so they happen exactly once.
+        """
+        position, recorded = self._next_step(name)
+        if recorded is None:
+            recorded = self._record_step(position, name, call=lambda: fn(*args, **kwargs))
+        self._ran.append(name)
+        return loads_strict(recorded)
+
+    def sleep(self, delay: float | timedelta) -> None:
+        """End this attempt without failing it; the job is due again after ``delay``.
+
+        ``delay`` is seconds or a ``timedelta``. The slot and the lease are freed at once;
+        steps and checkpoint are kept, and the attempt is not counted against the retry
+        limit. Nothing after this call runs: it raises to end the executor.
+        """
+        until = self._fenced("sleep", lambda: self.store.sleep(self.lease, delay))
+        self.completed = True  # nothing is left to record
+        self.slept_until = until
+        raise Slept(until)
+
+    def upstream(self) -> dict[str, Any]:
+        """Return the results of this workflow job's parents, keyed by name (or id).
+
+        A parent that did not complete (``on_upstream_failure="run"``) maps to None.
+        """
+        if self._upstream is None:
+            self._upstream = persist(lambda: self.store.upstream(self.job_id), self.retry_until)
+        return dict(self._upstream)
+
+    def _next_step(self, name: str) -> tuple[int, str | None]:
+        """Return the next step's position and its recorded result, if an attempt recorded it."""
+        name = validation.name(name, "step name")
+        if name in self._ran:
+            raise InputInvalid(
+                f"Step {name!r} already ran in this run of job {self.job_id}; step names are "
+                f"unique per run (add a counter to names in a loop)."
+            )
+        if self._steps is None:
+            self._steps = persist(lambda: self.store.recorded_steps(self.job_id), self.retry_until)
+        position = len(self._ran)
+        if position < len(self._steps):
+            recorded_name, result = self._steps[position]
+            if recorded_name != name:
+                raise StepSequenceChanged(
+                    f"Step {position + 1} of job {self.job_id} is {name!r} in this run but "
+                    f"{recorded_name!r} was recorded by an earlier attempt; the job's code "
+                    f"changed its steps. Keep the order of steps, or submit a new job."
+                )
+            return position, result
+        if any(recorded_name == name for recorded_name, _ in self._steps):
+            raise StepSequenceChanged(
+                f"Step {name!r} of job {self.job_id} was recorded at another place in the "
+                f"sequence by an earlier attempt; keep the order of steps, or submit a new job."
+            )
+        return position, None
+
+    def _record_step(
+        self, position: int, name: str, *, value: Any = None, call: Callable[[], Any] | None = None
+    ) -> str:
+        """Record the step under the fence; return its result's JSON."""
+        text = self._fenced(
+            "step",
+            lambda: self.store.record_step(self.lease, position, name, value, call=call),
+        )
+        if self._steps is not None:
+            self._steps.append((name, text))
+        return text
 
     def _fenced(self, write: str, call: Callable[[], Any]) -> Any:
         """Return ``call()``, retried while the database restarts; count a ``LeaseLost``.

@@ -135,6 +135,7 @@ SUMMARY_WORDS: dict[Ended, str] = {
     Unwritten.LEASE_LOST: "lost (another attempt took over)",
     Unwritten.UNRECORDED: "unrecorded (the database refused the outcome)",
     AttemptOutcomeChoice.RELEASED: "released unstarted",
+    AttemptOutcomeChoice.SLEPT: "slept",
 }
 ALWAYS_SAID = (
     AttemptOutcomeChoice.COMPLETE,

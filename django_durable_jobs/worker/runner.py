@@ -30,9 +30,8 @@ from ..formatting.terminal import printable
 from ..rules import registry
 from ..rules.conf import jobs_settings
 from ..rules.values import Claimed, Outcome
-from ..rules.vocabulary import AttemptOutcomeChoice
 from ..store import DurableJobStore, Lease
-from .attempt import context_of, registered_executor, run, stopped_by_lost_lease
+from .attempt import context_of, ended_itself, registered_executor, run, stopped_by_lost_lease
 from .clock import ClockCheck
 from .clock import describe as describe_skew
 from .completer import FLUSH_MAX, Completer, Finished
@@ -339,10 +338,8 @@ class Worker:
         if abandoned:  # its job was failed without it: nothing of this attempt is recorded
             self.timeouts.discard(entry, duration)
             return False
-        if outcome is None:  # the executor completed it itself (ctx.complete_atomically)
-            self._recorded(
-                entry, AttemptReport.of(entry.claim, AttemptOutcomeChoice.COMPLETE, duration)
-            )
+        if outcome is None:  # the executor ended it itself (complete_atomically, sleep)
+            self._recorded(entry, AttemptReport.of(entry.claim, ended_itself(entry.ctx), duration))
             return True
         if stopped_by_lost_lease(entry.ctx, outcome):  # nothing is written; the lease expires
             lost = AttemptReport.of(entry.claim, Unwritten.LEASE_LOST, duration, outcome.error)

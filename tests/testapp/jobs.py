@@ -187,3 +187,6 @@ def large(ctx, payload):
     while not opened.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     return {"blob": payload["blob"]}
+
+
+from . import workflow_jobs  # noqa: F401,E402

@@ -8,8 +8,8 @@ import pytest
 
 from django_durable_jobs import Workflow, chain, chord, group
 from django_durable_jobs.models import Job, JobAttempt, JobStep
-from django_durable_jobs.workflows import Signature
 from django_durable_jobs.worker import Worker, WorkerOptions
+from django_durable_jobs.workflows import Signature
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -47,7 +47,8 @@ def request_cancel(client: Client, job_id: Any, *, execution: Execution | None) 
         answer = cancel_answer(row)
         changes: dict[str, Any] = {}
         if answer == RequestAnswer.CANCELLED_NOW:
-            changes.update(status=JobStatus.CANCELLED, completed_at=now)
+            # A sleeping job's wake-up is a retry request: it must not outlive the job.
+            changes.update(status=JobStatus.CANCELLED, completed_at=now, retry_requested_at=None)
         if answer.accepted and row.cancellation_requested_at is None:
             changes["cancellation_requested_at"] = now
         if changes:

@@ -86,7 +86,7 @@ class Job(models.Model):
     node = models.CharField(max_length=NAME_MAX, blank=True, default="")
     waiting_on = models.PositiveIntegerField(default=0)
     on_upstream_failure = models.CharField(
-        max_length=8, choices=UpstreamFailure.choices, default=UpstreamFailure.CANCEL
+        max_length=8, choices=UpstreamFailure.choices, default=UpstreamFailure.CANCEL.value
     )
     released_at = models.DateTimeField(null=True, blank=True)
     # Set by ctx.sleep(): the time the job is due again (kept after it woke, as evidence).

@@ -43,3 +43,38 @@ def flaky(ctx, payload):
 def clock(ctx, payload):
     """A scheduled job: one every 30 seconds, however many workers run (see Schedules)."""
     return {"attempt": ctx.attempt}
+
+
+# -- a workflow: fetch, then parse parts side by side, then merge (see Workflows) -----------------
+
+
+@operation("imports.fetch")
+def fetch(ctx, payload):
+    """Fetch a day's file (a step: a reclaimed attempt does not fetch it again)."""
+    size = ctx.step("download", lambda: {"bytes": 1024 * int(payload.get("parts", 4))})
+    time.sleep(0.5)
+    return {"day": payload["day"], **size}
+
+
+@operation("imports.parse")
+def parse(ctx, payload):
+    """Parse one part of the file its parent fetched."""
+    fetched = ctx.upstream()["fetch"]
+    time.sleep(0.3 + 0.1 * int(payload["part"]))
+    return {"part": payload["part"], "rows": fetched["bytes"] // 64}
+
+
+@operation("imports.merge")
+def merge(ctx, payload):
+    """Merge every part once all of them completed; their results come from ctx.upstream()."""
+    parts = ctx.upstream()
+    return {"rows": sum(part["rows"] for part in parts.values()), "parts": len(parts)}
+
+
+@operation("imports.wait_a_little")
+def wait_a_little(ctx, payload):
+    """Sleep durably once (the slot is freed meanwhile), then complete."""
+    if not ctx.checkpoint_value:
+        ctx.checkpoint({"slept": True})
+        ctx.sleep(float(payload.get("seconds", 20)))
+    return {"woke": True}

@@ -6,7 +6,7 @@ import django
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from django_durable_jobs import submit
+from django_durable_jobs import Workflow, submit
 
 USERNAME = "demo"
 PASSWORD = "demo"
@@ -31,12 +31,26 @@ class Command(BaseCommand):
         ]
         for job in jobs:
             self.stdout.write(f"submitted {job.operation:<22} {job.pk}")
+        self.submit_workflow()
         if django.VERSION >= (6, 0):
             self.enqueue_task(user.pk)
         else:
             self.stdout.write(
                 f"Django {django.get_version()} has no django.tasks: no @task sample enqueued"
             )
+
+    def submit_workflow(self) -> None:
+        """Submit a fan-out/fan-in import; its key makes a rerun return the same workflow."""
+        wf = Workflow("imports.nightly", idempotency_key="demo-nightly")
+        fetch = wf.job("imports.fetch", {"day": "2026-12-01", "parts": 6}, name="fetch")
+        parts = [
+            wf.job("imports.parse", {"part": i}, after=[fetch], name=f"parse-{i}")
+            for i in range(6)
+        ]
+        wf.job("imports.merge", {}, after=parts, name="merge")
+        wf.job("imports.wait_a_little", {"seconds": 20}, after=[fetch], name="wait")
+        handle = wf.submit()
+        self.stdout.write(f"submitted workflow {handle.workflow.name:<13} {handle.id}")
 
     def enqueue_task(self, user_id: int) -> None:
         """Enqueue the ``@task`` sample; its idempotency key makes a rerun return the same job."""

@@ -209,3 +209,26 @@ def test_waiting_and_sleeping_jobs_are_live_work_counted_by_status():
         ("flow", 2, 0),
         ("nap", 0, 2),
     }
+
+
+def test_the_workflow_state_of_the_surfaces_is_the_stores_for_every_set_of_statuses():
+    from itertools import combinations
+    from types import SimpleNamespace
+
+    from django_durable_jobs.rules.vocabulary import JobStatus
+    from django_durable_jobs.stats.workflows import progress, workflow_state
+    from django_durable_jobs.store.workflows import state_of
+
+    statuses = list(JobStatus.values)
+    seen = set()
+    for size in range(len(statuses) + 1):
+        for chosen in combinations(statuses, size):
+            jobs = [SimpleNamespace(status=s) for s in chosen]
+            assert workflow_state(chosen) == state_of(jobs), chosen
+            seen.add(workflow_state(chosen))
+    assert seen == {"running", "complete", "failed", "cancelled"}
+    assert progress(["complete", "waiting", "complete"]) == {
+        "total": 3,
+        "complete": 2,
+        "by_status": {"complete": 2, "waiting": 1},
+    }

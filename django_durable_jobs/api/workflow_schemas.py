@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -13,10 +12,11 @@ from pydantic import Field
 from ..models import Job, Workflow
 from ..rules import vocabulary
 from ..rules.graph import NodeDeclaration
+from ..stats.workflows import WORKFLOW_STATES, progress, workflow_state
 from .schemas import JobSummaryOut, summary
 
 UpstreamPolicy = Literal[tuple(vocabulary.UpstreamFailure.values)]
-WorkflowState = Literal["running", "complete", "failed", "cancelled"]
+WorkflowState = Literal[WORKFLOW_STATES]
 
 
 class WorkflowJobIn(Schema):
@@ -105,19 +105,7 @@ class WorkflowActionOut(Schema):
     workflow: WorkflowOut
 
 
-def progress(jobs: list[Job]) -> dict[str, Any]:
-    """Return how far a workflow is: its jobs in all, complete, and by status."""
-    counts = Counter(job.status for job in jobs)
-    return {
-        "total": len(jobs),
-        "complete": counts.get(vocabulary.JobStatus.COMPLETE, 0),
-        "by_status": dict(sorted(counts.items())),
-    }
-
-
-def workflow(
-    row: Workflow, jobs: list[Job], edges: list[tuple[Any, Any]], state: str
-) -> dict[str, Any]:
+def workflow(row: Workflow, jobs: list[Job], edges: list[tuple[Any, Any]]) -> dict[str, Any]:
     """Return the body of a workflow: its row, state, progress and jobs with their parents."""
     parents: dict[Any, list[Any]] = {}
     for parent, child in edges:
@@ -128,8 +116,8 @@ def workflow(
         "name": row.name,
         "scope": row.scope,
         "idempotency_key": row.idempotency_key,
-        "state": state,
-        "progress": progress(jobs),
+        "state": workflow_state(job.status for job in jobs),
+        "progress": progress(job.status for job in jobs),
         "created_at": row.created_at,
         "cancel_requested_at": row.cancel_requested_at,
         "retry_requested_at": row.retry_requested_at,

@@ -21,7 +21,6 @@ from ..rules.conf import jobs_settings
 from ..rules.errors import PayloadTooLarge
 from ..rules.graph import check_graph
 from ..store import DurableJobStore, WorkflowNotFound
-from ..store.workflows import state_of
 from . import auth
 from . import workflow_schemas as schemas
 from .errors import NoSuchWorkflow
@@ -41,8 +40,7 @@ def _found(store: DurableJobStore, workflow_id: uuid.UUID) -> Workflow:
 
 
 def _body(store: DurableJobStore, row: Workflow) -> dict[str, Any]:
-    jobs = store.workflows.jobs(row.pk)
-    return schemas.workflow(row, jobs, store.workflows.edges(row.pk), state_of(jobs))
+    return schemas.workflow(row, store.workflows.jobs(row.pk), store.workflows.edges(row.pk))
 
 
 @router.post(
@@ -82,8 +80,7 @@ def submit_workflow(request: HttpRequest, body: schemas.WorkflowIn):
             taken += quotas.take_token_submission(token.prefix, store.scope, store.clock())
         submitted = store.workflows.submit(graph, idempotency_key=body.idempotency_key)
     row = submitted.workflow
-    jobs = submitted.jobs
-    data = schemas.workflow(row, jobs, store.workflows.edges(row.pk), state_of(jobs))
+    data = schemas.workflow(row, submitted.jobs, store.workflows.edges(row.pk))
     return Status(201 if submitted.created else 200, data)
 
 

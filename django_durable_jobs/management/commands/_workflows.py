@@ -8,9 +8,7 @@ command modules whose name starts with ``_``, so this one is no command.
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
-from types import SimpleNamespace
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -21,8 +19,8 @@ from ...formatting.humanize import relative as age
 from ...models import Job, Workflow
 from ...rules import validation
 from ...rules.errors import InputInvalid
+from ...stats.workflows import progress, workflow_state
 from ...store import DurableJobStore, WorkflowNotFound
-from ...store.workflows import state_of
 from . import _jobs_format as fmt
 
 LIST_LIMIT_MAX = 1_000
@@ -98,7 +96,7 @@ def handle_workflow(store: DurableJobStore, options: dict[str, Any], out: Any) -
         raise CommandError(f"No workflow {fmt._scalar(raw)}.") from exc
     says = CANCEL_SAYS if verb == "cancel" else RETRY_SAYS
     report = action_report(verb, answer.workflow, answer.changed, says)
-    report["state"] = state_of(store.workflows.jobs(answer.workflow.pk))
+    report["state"] = workflow_state(job.status for job in store.workflows.jobs(answer.workflow.pk))
     out.write(fmt.dumps(report) if options["json"] else report["message"])
 
 
@@ -154,23 +152,13 @@ def workflow_data(store: DurableJobStore, workflow: Workflow) -> dict[str, Any]:
         "name": workflow.name,
         "scope": workflow.scope,
         "idempotency_key": workflow.idempotency_key,
-        "state": state_of(jobs),
-        "progress": progress(jobs),
+        "state": workflow_state(job.status for job in jobs),
+        "progress": progress(job.status for job in jobs),
         "created_at": fmt._iso(workflow.created_at),
         "cancel_requested_at": fmt._iso(workflow.cancel_requested_at),
         "retry_requested_at": fmt._iso(workflow.retry_requested_at),
         "requested_by": workflow.requested_by or None,
         "jobs": rows,
-    }
-
-
-def progress(jobs: list[Any]) -> dict[str, Any]:
-    """Return how far a workflow is: its jobs in all, complete, and by status."""
-    by_status = Counter(job.status for job in jobs)
-    return {
-        "total": len(jobs),
-        "complete": by_status.get("complete", 0),
-        "by_status": dict(sorted(by_status.items())),
     }
 
 
@@ -246,7 +234,7 @@ def _list(store: DurableJobStore, options: dict[str, Any], out: Any) -> None:
                 f"characters; got {value!r}."
             ) from exc
     workflows = list(found.order_by("-created_at", "-id")[:limit])
-    statuses: dict[Any, list[Any]] = {}
+    statuses: dict[Any, list[str]] = {}
     counted = (
         Job.objects.using(store.using)
         .filter(workflow_id__in=[w.pk for w in workflows])
@@ -255,19 +243,17 @@ def _list(store: DurableJobStore, options: dict[str, Any], out: Any) -> None:
         .order_by()
     )
     for row in counted:  # one row per workflow and status: enough for its state and progress
-        statuses.setdefault(row["workflow_id"], []).extend(
-            [SimpleNamespace(status=row["status"])] * row["n"]
-        )
+        statuses.setdefault(row["workflow_id"], []).extend([row["status"]] * row["n"])
     data = []
     for w in workflows:
-        jobs = statuses.get(w.pk, [])
+        mine = statuses.get(w.pk, [])
         data.append(
             {
                 "id": str(w.pk),
                 "name": w.name,
                 "scope": w.scope,
-                "state": state_of(jobs),
-                "progress": progress(jobs),
+                "state": workflow_state(mine),
+                "progress": progress(mine),
                 "created_at": fmt._iso(w.created_at),
             }
         )

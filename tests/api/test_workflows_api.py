@@ -337,3 +337,18 @@ def test_jobs_show_their_workflow_node_and_sleep(api, worker):
     ]
     alone = worker.defer(ECHO, submission({"alone": True}))
     assert api.get(f"/jobs/{alone.pk}").json()["workflow"] is None
+
+
+def test_unnamed_jobs_wait_for_parents_given_by_place(api):
+    body = {
+        "name": "plain",
+        "jobs": [
+            {"operation": ECHO},
+            {"operation": ECHO, "after": [0], "on_upstream_failure": "run"},
+        ],
+    }
+    created = api.post("/workflows", body).json()
+    first, second = created["jobs"]
+    assert (first["node"], second["node"]) == ("", "")
+    assert second["parents"] == [first["id"]] and second["waiting_on"] == 1
+    assert Job.objects.get(pk=second["id"]).on_upstream_failure == "run"

@@ -264,3 +264,17 @@ def test_jobs_show_links_the_workflow_and_counts_steps_and_sleep(worker):
     row = json.loads(jobs("list", "--json", "--status", "sleeping"))[0]
     assert row["sleep_until"] == until.isoformat()
     assert "sleeping until" in jobs("list", "--status", "sleeping")
+
+
+def test_unnamed_jobs_are_shown_by_their_place(worker):
+    from django_durable_jobs import chain
+    from django_durable_jobs.workflows import Signature
+
+    flow = chain(Signature(ECHO, {"tag": "a"}), Signature(ECHO, {"tag": "b"}))
+    handle = flow.workflow("plain.chain").submit()
+    data = json.loads(jobs("workflow", "show", str(handle.id), "--json"))
+    assert [row["name"] for row in data["jobs"]] == [None, None]
+    assert data["jobs"][1]["parent_names"] == ["#0"]
+    text = jobs("workflow", "show", str(handle.id))
+    second = next(line for line in text.splitlines() if line.startswith("#1 "))
+    assert second.rstrip().endswith("#0") and "waiting (on 1)" in second

@@ -49,7 +49,7 @@ from .rules.validation import loads_strict
 from .rules.values import Submission
 from .rules.vocabulary import AttemptOutcomeChoice, JobStatus
 
-__all__ = ["DurableJobsBackend", "DurableTask", "discover_tasks"]
+__all__ = ["DurableJobsBackend", "DurableTask", "OperationTask", "discover_tasks"]
 
 OPTIONS = frozenset({"DATABASE"})
 
@@ -72,6 +72,36 @@ class DurableTask(Task):
     on_expired: str = "hold"
     max_running: int | None = None
     idempotency_key: str | Callable[..., str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationTask(DurableTask):
+    """The ``Task`` of a workflow's job of an ``@operation`` (not a ``@task``).
+
+    A workflow's jobs are usually operations; ``get_result`` of such a job returns a
+    ``TaskResult`` whose ``task`` is this: ``module_path`` is the operation's name, ``func`` its
+    function, ``args`` the job's input (one value) and ``kwargs`` empty. It reads results only:
+    submit an operation with ``django_durable_jobs.submit()`` or a ``Workflow``, not
+    ``enqueue()``.
+    """
+
+    operation: str = ""
+
+    def __post_init__(self) -> None:
+        pass  # read back from a row: nothing to check or register
+
+    @property
+    def module_path(self) -> str:
+        return self.operation
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> TaskResult:
+        raise InvalidTask(
+            f"{self.operation!r} is an @operation, not a @task: submit it with "
+            f"django_durable_jobs.submit() or in a Workflow."
+        )
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> TaskResult:
+        return self.enqueue(*args, **kwargs)
 
 
 class DurableJobsBackend(BaseTaskBackend):
@@ -133,7 +163,8 @@ class DurableJobsBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: Any) -> TaskResult:
-        """Return the result of the job ``result_id`` as it is now."""
+        """Return the result of the job ``result_id`` as it is now: a ``@task``'s job, or any job
+        of a workflow (its ``task`` is then an :class:`OperationTask`)."""
         from .models import JobAttempt
         from .store import DurableJobStore
 
@@ -141,13 +172,46 @@ class DurableJobsBackend(BaseTaskBackend):
             job = DurableJobStore(using=self.using).get(uuid.UUID(str(result_id)))
         except (ValueError, InputInvalid):
             job = None
-        task = _task_at(job.operation) if job is not None else None
+        task = self._task_of(job) if job is not None else None
         if task is None:
             raise TaskResultDoesNotExist(f"There is no task result {result_id}.")
         attempts = list(
             JobAttempt.objects.using(self.using).filter(job_id=job.pk).order_by("epoch", "id")
         )
         return self._result(task, job, attempts)
+
+    def workflow_result(self, workflow_id: Any) -> TaskResult:
+        """Return the ``TaskResult`` of a workflow's final job (the one nothing waits for,
+        declared last): the workflow's result, ``SUCCESSFUL`` once it completed."""
+        from .store import DurableJobStore
+
+        store = DurableJobStore(using=self.using)
+        try:
+            workflow = store.workflows.get(workflow_id)
+        except InputInvalid:
+            workflow = None
+        if workflow is None:
+            raise TaskResultDoesNotExist(f"There is no workflow {workflow_id}.")
+        parents = {parent for parent, _child in store.workflows.edges(workflow.pk)}
+        final = [job for job in store.workflows.jobs(workflow.pk) if job.pk not in parents]
+        return self.get_result(str(final[-1].pk))
+
+    def _task_of(self, job: Any) -> Task | None:
+        """Return the ``Task`` of a job: its ``@task``; for a workflow's job, else its
+        ``@operation``; else None (a lone operation's job is no task result)."""
+        task = _task_at(job.operation)
+        if task is not None or job.workflow_id is None:
+            return task
+        spec = registry.get(job.operation)
+        if spec is None:
+            return None
+        return OperationTask(
+            func=spec.func,
+            operation=job.operation,
+            priority=job.priority,
+            queue_name=job.queue,
+            backend=self.alias,
+        )
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Report an app that is not installed and options this backend does not know."""
@@ -184,7 +248,11 @@ class DurableJobsBackend(BaseTaskBackend):
     # -- results ----------------------------------------------------------------------------------
 
     def _result(self, task: Task, job: Any, attempts: list) -> TaskResult:
-        payload = _stored_arguments(job.proposal)
+        if isinstance(task, OperationTask):
+            stored = None if job.proposal is None else _stored_value(job.proposal)
+            payload = {"args": [stored], "kwargs": {}}
+        else:
+            payload = _stored_arguments(job.proposal)
         ended = [a for a in attempts if a.outcome != AttemptOutcomeChoice.RELEASED]
         worker_ids = [a.claimed_by or a.owner_id or "" for a in ended]
         if job.status == JobStatus.RUNNING:
@@ -229,9 +297,10 @@ CANCELLED_CLASS = "django_durable_jobs.errors.JobCancelled"
 
 
 def _status_of(job: Any) -> TaskResultStatus:
-    """Map a job's status; a failure with an automatic retry still to come is not final."""
-    if job.status == JobStatus.PENDING:
-        return TaskResultStatus.READY
+    """Map a job's status; a failure with an automatic retry still to come is not final, nor
+    is a workflow job that waits for its parents or a job that sleeps."""
+    if job.status in (JobStatus.PENDING, JobStatus.WAITING, JobStatus.SLEEPING):
+        return TaskResultStatus.READY  # waiting for its parents, or for its sleep to end
     if job.status == JobStatus.RUNNING:
         return TaskResultStatus.RUNNING
     if job.status == JobStatus.COMPLETE:
@@ -320,7 +389,15 @@ def discover_tasks(using: str | None = None) -> list[str]:
     autodiscover_modules("tasks")
     waiting = (
         Job.objects.using(jobs_settings.database(using))
-        .filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED])
+        .filter(
+            status__in=[
+                JobStatus.PENDING,
+                JobStatus.RUNNING,
+                JobStatus.FAILED,
+                JobStatus.WAITING,
+                JobStatus.SLEEPING,
+            ]
+        )
         .exclude(operation__in=list(registry.all_operations()))
         .values_list("operation", flat=True)
         .distinct()

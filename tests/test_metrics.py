@@ -115,6 +115,25 @@ def test_the_exposition_parses_and_its_gauges_agree_with_the_snapshot_and_the_ro
     assert attention == {item.kind: float(item.count) for item in taken.attention}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_waiting_and_sleeping_jobs_are_exported_as_statuses():
+    from tests.test_stats import parked_work
+
+    parked_work(live_clock(-60))
+    found = families(exposition().decode())
+    jobs = {
+        (dict(k)["status"], dict(k)["queue"], dict(k)["operation"]): v
+        for k, v in found["durable_jobs_jobs"].items()
+    }
+    assert jobs == {
+        ("pending", "flow", "tests.wf.echo"): 1.0,
+        ("waiting", "flow", "tests.wf.echo"): 2.0,
+        ("sleeping", "nap", "tests.wf.sleeper"): 2.0,
+    }
+    due = {dict(k)["queue"]: v for k, v in found["durable_jobs_queue_due_jobs"].items()}
+    assert due == {"flow": 1.0, "nap": 1.0}  # the sleep that is over is due; waiting is not
+
+
 # -- the worker's counters, with a real store ------------------------------------------------------
 
 

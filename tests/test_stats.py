@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
@@ -12,6 +13,7 @@ from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.stats import snapshot
 from tests import stats_mix
 from tests.stats_mix import expected, nearest_rank
+from tests.support import live_clock, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the store commits its own writes
 
@@ -163,3 +165,70 @@ def test_history_buckets_are_fixed_and_add_up(mix):
 def test_a_bad_scope_is_refused():
     with pytest.raises(InputInvalid):
         snapshot(scope="")
+
+
+def parked_work(clock):
+    """Write a workflow (one pending job, two waiting) and two sleeping jobs, one of them due
+    at ``clock() + 30 s``; return that moment."""
+    from django_durable_jobs import Workflow
+    from django_durable_jobs.store import DurableJobStore
+
+    wf = Workflow("stats.parked")
+    first = wf.job("tests.wf.echo", {"n": 0}, queue="flow")
+    wf.job("tests.wf.echo", {"n": 1}, after=[first], queue="flow")
+    wf.job("tests.wf.echo", {"n": 2}, after=[first], queue="flow")
+    wf.submit()
+    store = DurableJobStore(actor="w", clock=clock)
+    for seconds in (10, 3600):
+        job = store.defer("tests.wf.sleeper", submission({"s": seconds}), queue="nap")
+        (lease,) = store.claim_next(operations=["tests.wf.sleeper"])
+        assert lease.job_id == job.pk
+        store.sleep(lease, seconds)
+    return clock() + timedelta(seconds=30)
+
+
+def test_waiting_and_sleeping_jobs_are_live_work_counted_by_status():
+    clock = live_clock()
+    now = parked_work(clock)
+    snap = snapshot(now=now)
+    got = {(c.operation, c.queue, c.status, c.ownership): c.count for c in snap.jobs}
+    assert got == {
+        ("tests.wf.echo", "flow", "pending", "unclaimed"): 1,
+        ("tests.wf.echo", "flow", "waiting", "unclaimed"): 2,
+        ("tests.wf.sleeper", "nap", "sleeping", "unclaimed"): 2,
+    }
+    queues = {q.queue: (q.pending, q.due, q.running, q.waiting, q.sleeping) for q in snap.queues}
+    # Due: the pending job, and the sleeping job whose sleep is over (not the other, nor waiting).
+    assert queues == {"flow": (1, 1, 0, 2, 0), "nap": (0, 1, 0, 0, 2)}
+    nap = next(q for q in snap.queues if q.queue == "nap")
+    woke = Job.objects.get(operation="tests.wf.sleeper", run_after__lte=now)
+    assert nap.oldest_due_at == woke.run_after
+    assert nap.lag_seconds == pytest.approx((now - woke.run_after).total_seconds())
+    data = snap.as_dict()
+    assert {(q["queue"], q["waiting"], q["sleeping"]) for q in data["queues"]} == {
+        ("flow", 2, 0),
+        ("nap", 0, 2),
+    }
+
+
+def test_the_workflow_state_of_the_surfaces_is_the_stores_for_every_set_of_statuses():
+    from itertools import combinations
+    from types import SimpleNamespace
+
+    from django_durable_jobs.rules.vocabulary import JobStatus
+    from django_durable_jobs.stats.workflows import progress, workflow_state
+    from django_durable_jobs.store.workflows import state_of
+
+    statuses = list(JobStatus.values)
+    seen = set()
+    for size in range(len(statuses) + 1):
+        for chosen in combinations(statuses, size):
+            jobs = [SimpleNamespace(status=s) for s in chosen]
+            assert workflow_state(chosen) == state_of(jobs), chosen
+            seen.add(workflow_state(chosen))
+    assert seen == {"running", "complete", "failed", "cancelled"}
+    assert progress(["complete", "waiting", "complete"]) == {
+        "total": 3,
+        "complete": 2,
+        "by_status": {"complete": 2, "waiting": 1},
+    }

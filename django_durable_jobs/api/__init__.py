@@ -26,6 +26,7 @@ from .errors import install_error_handlers, json_error_urls
 from .parser import JobsParser
 from .routes import router
 from .schedules import in_scope as _registers_the_schedule_endpoints  # noqa: F401
+from .workflows import submit_workflow as _registers_the_workflow_endpoints  # noqa: F401
 
 __all__ = [
     "DurableJobsAPI",

@@ -29,9 +29,16 @@ PERMISSIONS = {
     "retry": "durable_jobs.retry_job",
     "view_schedule": "durable_jobs.view_schedule",
     "change_schedule": "durable_jobs.change_schedule",
+    "cancel_workflow": "durable_jobs.cancel_workflow",
+    "retry_workflow": "durable_jobs.retry_workflow",
 }
 # What each permission allows, for the refusal's message.
-ALLOWS = {"view_schedule": "see schedules", "change_schedule": "pause or resume schedules"}
+ALLOWS = {
+    "view_schedule": "see schedules",
+    "change_schedule": "pause or resume schedules",
+    "cancel_workflow": "cancel workflows",
+    "retry_workflow": "retry workflows",
+}
 
 
 class BearerToken(HttpBearer):

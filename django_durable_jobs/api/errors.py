@@ -8,6 +8,7 @@ Refusal                                Status  Notes
 ``JobNotFound`` (unknown/out of scope)  404     a job of another scope is reported as missing
 ``ScopeMismatch``                      404     never confirm that another scope exists
 ``NoSuchSchedule``                     404     a schedule of another scope is reported as missing
+``NoSuchWorkflow``                     404     a workflow of another scope is reported as missing
 (no endpoint at this path)             404     ``E_API_NOT_FOUND``
 (method not served at this path)       405     ``E_API_METHOD``, with ``Allow``
 ``PayloadTooLarge``                    413     an ``InputInvalid`` (code E_JOB_INPUT_INVALID)
@@ -73,9 +74,16 @@ class NoSuchSchedule(JobError):
     code = "E_SCHEDULE_NOT_FOUND"
 
 
+class NoSuchWorkflow(JobError):
+    """No workflow with this id in the caller's scope (whether or not another scope has one)."""
+
+    code = "E_WORKFLOW_NOT_FOUND"
+
+
 _STATUS: tuple[tuple[type[JobError], int], ...] = (
     (JobNotFound, 404),
     (NoSuchSchedule, 404),
+    (NoSuchWorkflow, 404),
     (ScopeMismatch, 404),
     (PayloadTooLarge, 413),
     (InputInvalid, 422),

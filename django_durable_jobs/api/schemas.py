@@ -97,6 +97,15 @@ class JobSummaryOut(Schema):
     lease: LeaseOut
     requests: RequestsOut
     error: str | None
+    workflow: UUID | None = Field(description="The workflow this job belongs to, or null.")
+    node: str = Field(description="The job's name in its workflow; empty when unnamed or none.")
+    waiting_on: int = Field(
+        description="While waiting: how many of its workflow parents have not completed yet."
+    )
+    sleep_until: datetime | None = Field(
+        description="When the job last called ctx.sleep: when that sleep ends (it is sleeping "
+        "until then)."
+    )
 
 
 class JobOut(JobSummaryOut):
@@ -196,6 +205,10 @@ def summary(job: Job) -> dict[str, Any]:
     data = rows.job_data(job)
     return {
         **data,
+        "workflow": job.workflow_id,
+        "node": job.node,
+        "waiting_on": job.waiting_on,
+        "sleep_until": job.sleep_until,
         "lease": {
             "owner_id": data["owner_id"],
             "claimed_by": data["claimed_by"],

@@ -30,12 +30,20 @@ class TerminalCountOut(Schema):
 class QueueOut(Schema):
     queue: str
     pending: int
-    due: int = Field(description="Pending jobs whose run_after has come.")
+    due: int = Field(
+        description="Pending jobs whose run_after has come, and sleeping ones whose sleep is over."
+    )
     running: int
     oldest_due_at: datetime | None = Field(
-        description="When the oldest due pending job became due: max(created_at, run_after)."
+        description="When the oldest due job became due: max(created_at, run_after)."
     )
     lag_seconds: float = Field(description="Now minus oldest_due_at; 0 when nothing is due.")
+    waiting: int = Field(
+        description="Workflow jobs whose parents have not all completed (never due until then)."
+    )
+    sleeping: int = Field(
+        description="Jobs that called ctx.sleep; counted in due too once their sleep is over."
+    )
 
 
 class WorkerOut(Schema):
@@ -111,7 +119,9 @@ class AttentionOut(Schema):
 class StatsOut(Schema):
     taken_at: datetime
     scope: str | None
-    jobs: list[JobCountOut] = Field(description="Pending and running jobs by ownership.")
+    jobs: list[JobCountOut] = Field(
+        description="Jobs not ended (pending, running, waiting, sleeping) by ownership."
+    )
     terminal_last_24h: list[TerminalCountOut]
     queues: list[QueueOut]
     workers: WorkersOut

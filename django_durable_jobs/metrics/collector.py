@@ -73,7 +73,7 @@ def gauges(taken: Any) -> Iterator[GaugeMetricFamily]:
     """Yield the gauges of one ``stats.snapshot()``."""
     jobs = GaugeMetricFamily(
         f"{PREFIX}_jobs",
-        "Pending and running jobs now, by status, queue and operation.",
+        "Jobs not ended now (pending, running, waiting, sleeping), by status, queue and operation.",
         labels=["status", "queue", "operation"],
     )
     live: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -107,12 +107,13 @@ def gauges(taken: Any) -> Iterator[GaugeMetricFamily]:
 
     lag = GaugeMetricFamily(
         f"{PREFIX}_queue_lag_seconds",
-        "Age of the oldest due pending job per queue, in seconds (0 when none is due).",
+        "Age of the oldest due job per queue (pending, or sleeping past its wake-up time), in "
+        "seconds (0 when none is due).",
         labels=["queue"],
     )
     due = GaugeMetricFamily(
         f"{PREFIX}_queue_due_jobs",
-        "Pending jobs whose time has come, per queue.",
+        "Pending jobs whose time has come, and sleeping ones whose sleep is over, per queue.",
         labels=["queue"],
     )
     for queue in taken.queues:

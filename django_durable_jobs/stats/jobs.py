@@ -22,7 +22,11 @@ from ..models.querysets import JobQuerySet
 from ..rules.vocabulary import TERMINAL_STATUSES, AttemptOutcomeChoice, JobStatus
 from .values import HistoryBucket, JobCount, OperationStats, Percentiles, QueueStats
 
-LIVE = [JobStatus.PENDING, JobStatus.RUNNING]
+# Every status not ended: a waiting job (its parents have not all completed) and a sleeping one
+# (due again at its ``run_after``) are live work too, held by nobody.
+LIVE = [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING, JobStatus.SLEEPING]
+# Whose ``run_after`` having come makes them claimable: pending work, and sleep that is over.
+DUE_STATUSES = [JobStatus.PENDING, JobStatus.SLEEPING]
 ENDED = [JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED]
 TERMINAL_WINDOW = timedelta(hours=24)
 OPERATIONS_WINDOW = timedelta(hours=1)
@@ -38,12 +42,15 @@ RUN_OUTCOMES = {
 
 
 def live_counts(jobs: JobQuerySet, now: datetime) -> tuple[list[JobCount], list[QueueStats]]:
-    """Return pending and running rows by operation, queue, status and ownership, and per queue
-    the backlog, the due part of it and the oldest due job.
+    """Return live rows (pending, running, waiting, sleeping) by operation, queue, status and
+    ownership, and per queue the backlog, the due part of it and the oldest due job.
+
+    Due are the pending jobs and the sleeping ones whose ``run_after`` has come; a waiting job
+    is never due (its parents release it).
 
     The ownership is the app's own assessment in SQL (``JobQuerySet.with_ownership``).
     """
-    due = Q(status=JobStatus.PENDING, run_after__lte=now)
+    due = Q(status__in=DUE_STATUSES, run_after__lte=now)
     rows = (
         jobs.filter(status__in=LIVE)
         .with_ownership(now)
@@ -55,7 +62,10 @@ def live_counts(jobs: JobQuerySet, now: datetime) -> tuple[list[JobCount], list[
         )
         .order_by()
     )
-    counts, queues = [], defaultdict(lambda: {"pending": 0, "due": 0, "running": 0, "oldest": None})
+    counts: list[JobCount] = []
+    queues: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"pending": 0, "due": 0, "running": 0, "waiting": 0, "sleeping": 0, "oldest": None}
+    )
     for row in rows:
         counts.append(
             JobCount(
@@ -76,6 +86,8 @@ def live_counts(jobs: JobQuerySet, now: datetime) -> tuple[list[JobCount], list[
             pending=q["pending"],
             due=q["due"],
             running=q["running"],
+            waiting=q["waiting"],
+            sleeping=q["sleeping"],
             oldest_due_at=q["oldest"],
             lag_seconds=max(0.0, (now - q["oldest"]).total_seconds()) if q["oldest"] else 0.0,
         )

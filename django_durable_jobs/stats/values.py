@@ -25,7 +25,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class JobCount:
-    """Pending or running rows of one operation and queue, in one status and ownership."""
+    """Live rows (pending, running, waiting, sleeping) of one operation and queue, in one status
+    and ownership."""
 
     operation: str
     queue: str
@@ -46,7 +47,11 @@ class TerminalCount:
 
 @dataclass(frozen=True)
 class QueueStats:
-    """One queue now: its backlog, what of it is due, and how long the oldest due job waits."""
+    """One queue now: its backlog, what of it is due, and how long the oldest due job waits.
+
+    ``waiting`` are workflow jobs whose parents have not all completed; ``sleeping`` jobs that
+    called ``ctx.sleep`` (due, and counted in ``due``, once their sleep is over).
+    """
 
     queue: str
     pending: int
@@ -54,6 +59,8 @@ class QueueStats:
     running: int
     oldest_due_at: datetime | None
     lag_seconds: float
+    waiting: int = 0
+    sleeping: int = 0
 
 
 @dataclass(frozen=True)

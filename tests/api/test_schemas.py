@@ -35,6 +35,27 @@ EXPECTED = {
     ("/jobs/api/schedules/{name}", "get"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/schedules/{name}/pause", "post"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/schedules/{name}/resume", "post"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/workflows", "post"): {
+        "200",
+        "201",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "422",
+        "429",
+    },
+    ("/jobs/api/workflows/{workflow_id}", "get"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/workflows/{workflow_id}/cancel", "post"): {
+        "200",
+        "401",
+        "403",
+        "404",
+        "409",
+        "422",
+    },
+    ("/jobs/api/workflows/{workflow_id}/retry", "post"): {"200", "401", "403", "404", "409", "422"},
 }
 
 

@@ -74,7 +74,10 @@ def test_text_shows_queues_workers_and_what_needs_attention(work):
 
 def test_an_empty_database_says_so(db):
     text = jobs("stats")
-    assert "No pending or running jobs." in text and "Nothing needs attention." in text
+    assert (
+        "No pending, running, waiting or sleeping jobs." in text
+        and "Nothing needs attention." in text
+    )
 
 
 @pytest.mark.parametrize("scope", ["", "a\x00b", "x" * 201])
@@ -100,3 +103,21 @@ def test_list_order_newest_by_default_oldest_on_request(db):
     assert listed("--order", "oldest") == made  # the REST API's GET /jobs order
     with pytest.raises(CommandError, match="--order must be one of newest, oldest"):
         call_command("jobs", "list", order="sideways", stdout=StringIO())
+
+
+def test_text_shows_waiting_and_sleeping_jobs_per_queue(db):
+    from tests.test_stats import parked_work
+
+    parked_work(FakeClock(now=timezone.now() - timedelta(minutes=1)))
+    text = jobs("stats")
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("queue"))
+    assert header.split() == ["queue", "pending", "due", "running", "waiting", "sleeping", "lag"]
+    flow = next(line for line in lines if line.startswith("flow "))
+    nap = next(line for line in lines if line.startswith("nap "))
+    assert flow.split()[:6] == ["flow", "1", "1", "0", "2", "0"]
+    assert nap.split()[:6] == ["nap", "0", "1", "0", "0", "2"]  # one sleep is over: due
+    assert any(line.split()[2:4] == ["waiting", "unclaimed"] for line in lines)
+    assert any(line.split()[2:4] == ["sleeping", "unclaimed"] for line in lines)
+    data = json.loads(jobs("stats", "--json"))
+    assert {q["queue"]: q["waiting"] for q in data["queues"]} == {"flow": 2, "nap": 0}

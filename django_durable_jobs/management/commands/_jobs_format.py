@@ -38,6 +38,7 @@ LIST_COLUMNS = (
     ("progress", "PROGRESS"),
     ("claimed_by", "CLAIMED BY"),
     ("heartbeat", "HEARTBEAT"),
+    ("workflow", "WORKFLOW"),
 )
 LIST_FIELDS = (
     "id",
@@ -56,6 +57,10 @@ LIST_FIELDS = (
     "lease_expires_at",
     "cancellation_requested_at",
     "retry_requested_at",
+    "workflow",
+    "node",
+    "waiting_on",
+    "sleep_until",
 )
 
 # What ``jobs cancel`` and ``jobs retry`` say of each answer of the store. ``{status}`` and
@@ -92,9 +97,20 @@ MALFORMED = "malformed"
 
 def list_row(job: Job, now: datetime) -> dict[str, Any]:
     """Return the JSON-ready summary of one job for ``jobs list`` (with ``job.ownership`` set)."""
-    data = rows.job_data(job)
+    data = {**rows.job_data(job), **workflow_fields(job)}
     data["heartbeat_age_seconds"] = _seconds_since(job.heartbeat_at, now)
     return _plain({key: data[key] for key in LIST_FIELDS})
+
+
+def workflow_fields(job: Job) -> dict[str, Any]:
+    """Return what a job's row says of its workflow and its sleep: the workflow's id (None
+    outside one), its name in it, its parents not yet complete, when a sleep ends."""
+    return {
+        "workflow": job.workflow_id,
+        "node": job.node or None,
+        "waiting_on": job.waiting_on,
+        "sleep_until": job.sleep_until,
+    }
 
 
 def table(data: Sequence[dict[str, Any]], now: datetime) -> str:
@@ -124,6 +140,13 @@ def _cell(row: dict[str, Any], key: str, now: datetime) -> str:
     if key == "heartbeat":
         seconds = row["heartbeat_age_seconds"]
         return "-" if seconds is None else age(datetime.fromisoformat(row["heartbeat_at"]), now)
+    if key == "status" and row["status"] == JobStatus.SLEEPING and row["sleep_until"]:
+        return f"sleeping until {age(datetime.fromisoformat(row['sleep_until']), now)}"
+    if key == "status" and row["status"] == JobStatus.WAITING:
+        return f"waiting (on {row['waiting_on']})"
+    if key == "workflow" and row["workflow"]:
+        node = f" {printable(row['node'], keep_newlines=False)}" if row["node"] else ""
+        return f"{row['workflow']}{node}"
     value = row[key]
     return "-" if value in (None, "") else printable(value, keep_newlines=False)
 
@@ -145,7 +168,7 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
     """Return :func:`detail` as text for people: fields, pretty JSON blocks, attempts."""
     blocks = ("proposal", "checkpoint", "result", "error", "attempt_history")
     width = max(len(k) for k in data)
-    lines = [f"{key.ljust(width)}  {_field(data, key)}" for key in data if key not in blocks]
+    lines = [f"{key.ljust(width)}  {_field(data, key, now)}" for key in data if key not in blocks]
     for key in ("proposal", "checkpoint", "result"):
         raw = f"manage.py jobs show {data['id']} --raw {key}"
         lines += ["", f"{key}:", _indent(pretty_json(data[key], raw=raw))]
@@ -166,12 +189,23 @@ def detail_text(data: dict[str, Any], now: datetime) -> str:
     return "\n".join(lines)
 
 
-def _field(data: dict[str, Any], key: str) -> str:
-    """Return one field of ``jobs show``; a lease the job no longer holds is said to be so."""
-    text = _scalar(data[key])
+def _field(data: dict[str, Any], key: str, now: datetime) -> str:
+    """Return one field of ``jobs show``; a lease the job no longer holds is said to be so, a
+    sleeping job when it wakes, a workflow's job how to see its workflow."""
+    value = data[key]
+    if isinstance(value, list):  # ids: a job's parents and children
+        return ", ".join(_scalar(item) for item in value) or "-"
+    text = _scalar(value)
     held = data["status"] == JobStatus.RUNNING
-    if key == "lease_expires_at" and data[key] is not None and not held:
+    if key == "lease_expires_at" and value is not None and not held:
         return f"{text} (not held: the job is {_scalar(data['status'])})"
+    if key == "status" and value == JobStatus.SLEEPING and data.get("sleep_until"):
+        until = datetime.fromisoformat(data["sleep_until"])
+        return f"{text} until {data['sleep_until']} ({age(until, now)})"
+    if key == "status" and value == JobStatus.WAITING:
+        return f"{text} (on {data.get('waiting_on')} upstream job(s) not yet complete)"
+    if key == "workflow_id" and value is not None:
+        return f"{text} (manage.py jobs workflow show {text})"
     return text
 
 

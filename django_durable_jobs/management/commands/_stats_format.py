@@ -23,12 +23,21 @@ def stats_text(snap: Snapshot) -> str:
     parts = [f"Jobs of {scope} at {now:%Y-%m-%d %H:%M:%S %Z}"]
     if snap.queues:
         rows = [
-            (q.queue, q.pending, q.due, q.running, span(q.lag_seconds) if q.due else "-")
+            (
+                q.queue,
+                q.pending,
+                q.due,
+                q.running,
+                q.waiting,
+                q.sleeping,
+                span(q.lag_seconds) if q.due else "-",
+            )
             for q in snap.queues
         ]
-        parts.append(aligned(("queue", "pending", "due", "running", "lag"), rows))
+        header = ("queue", "pending", "due", "running", "waiting", "sleeping", "lag")
+        parts.append(aligned(header, rows))
     else:
-        parts.append("No pending or running jobs.")
+        parts.append("No pending, running, waiting or sleeping jobs.")
     if snap.jobs:
         rows = [(c.operation, c.queue, c.status, c.ownership, c.count) for c in snap.jobs]
         parts.append(aligned(("operation", "queue", "status", "ownership", "jobs"), rows))

@@ -1,4 +1,5 @@
-"""``manage.py jobs``: triage from a shell — list, show, cancel, retry (and schedules, API tokens).
+"""``manage.py jobs``: triage from a shell — list, show, cancel, retry (and workflows, schedules,
+API tokens).
 
 Reads use the job queryset's vocabulary; every write goes through :class:`DurableJobStore`
 (unscoped, actor ``cli:<login>``), whose typed answer (a ``RequestResult``) the report only words
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from ... import stats
 from ...formatting.terminal import printable
-from ...models import Job, JobAttempt, Schedule
+from ...models import Job, JobAttempt, JobDependency, JobStep, Schedule
 from ...rules import validation
 from ...rules.conf import jobs_settings
 from ...rules.errors import InputInvalid, JobError, NotReclaimable
@@ -28,6 +29,7 @@ from ...store import DurableJobStore, RequestResult, ScheduleNotFound
 from . import _jobs_format as fmt
 from ._stats_format import stats_text
 from ._tokens import add_token_parser, handle_token
+from ._workflows import add_workflow_parser, handle_workflow
 
 RAW_FIELDS = ("proposal", "checkpoint", "result")  # what ``jobs show ID --raw`` prints
 LIMIT_MAX = 10_000  # rows of one ``jobs list``; page with --status/--operation/... for more
@@ -55,6 +57,7 @@ class Command(BaseCommand):
         ls.add_argument("--operation", help="only jobs of this operation")
         ls.add_argument("--scope", help="only jobs of this scope")
         ls.add_argument("--queue", help="only jobs of this queue")
+        ls.add_argument("--workflow", metavar="ID", help="only the jobs of this workflow")
         ls.add_argument(
             "--limit",
             type=int,
@@ -98,6 +101,7 @@ class Command(BaseCommand):
             )
             action.add_argument("schedule_name", metavar="NAME", help="the schedule's name")
 
+        add_workflow_parser(sub, common)
         add_token_parser(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -157,6 +161,7 @@ class Command(BaseCommand):
         now = timezone.now()
         attempts = JobAttempt.objects.using(store.using).filter(job=job).order_by("-epoch", "-id")
         data = fmt.detail(job, attempts, now)
+        data.update(_links(store, job))
         if options["json"]:
             self.stdout.write(fmt.dumps(data))
         else:
@@ -174,6 +179,9 @@ class Command(BaseCommand):
         if self.stdout.isatty():
             text = printable(text)
         self.stdout.write(text, ending="")
+
+    def do_workflow(self, store: DurableJobStore, options: dict[str, Any]) -> None:
+        handle_workflow(store, options, self.stdout)
 
     def do_schedules(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         verb = options.get("schedule_command")
@@ -255,6 +263,13 @@ def _list_filters(options: dict[str, Any]) -> dict[str, Any]:
         if value is not None and value not in allowed:
             raise CommandError(f"--{option} must be one of {', '.join(allowed)}; got {value!r}.")
     filters = {} if options["status"] is None else {"status": options["status"]}
+    if options.get("workflow") is not None:
+        try:
+            filters["workflow_id"] = validation.job_id(options["workflow"])
+        except InputInvalid as exc:
+            raise CommandError(
+                f"--workflow must be a workflow id (a UUID); got {options['workflow']!r}."
+            ) from exc
     for field in ("operation", "scope", "queue"):
         value = options[field]
         if value is None:
@@ -267,6 +282,21 @@ def _list_filters(options: dict[str, Any]) -> dict[str, Any]:
                 f"characters; got {value!r}."
             ) from exc
     return filters
+
+
+def _links(store: DurableJobStore, job: Job) -> dict[str, Any]:
+    """Return a job's recorded steps counted, and its workflow parents and children by id."""
+    steps = JobStep.objects.using(store.using).filter(job_id=job.pk).count()
+    if job.workflow_id is None:
+        return {"steps": steps, "parents": [], "children": []}
+    edges = JobDependency.objects.using(store.using).filter(workflow_id=job.workflow_id)
+    parents = edges.filter(child_id=job.pk).order_by("id").values_list("parent_id", flat=True)
+    children = edges.filter(parent_id=job.pk).order_by("id").values_list("child_id", flat=True)
+    return {
+        "steps": steps,
+        "parents": [str(pk) for pk in parents],
+        "children": [str(pk) for pk in children],
+    }
 
 
 def _line(text: str) -> str:

@@ -41,6 +41,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import summary
 from benchmarks.databases import recreate_database, run_per_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,7 @@ DATABASES = ("sqlite", "postgresql", "mariadb")
 SETTINGS_MODULE = "benchmarks.worker_settings"
 RATIO_TARGET = 1.5
 STEPS = 100
+CHAIN = 50
 NOOP, FAN_IN, STEPPER = "bench.noop", "bench.wf.fan_in", "bench.wf.steps"
 
 
@@ -182,6 +184,20 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> lis
         phases = r["workflow"]["phases"]
         print(f"{r['db']:<11} " + " ".join(f"{phases[name]:>11.3f}" for name in names))
     print()
+    print(
+        f"hand-off latency: a chain of {CHAIN} no-op jobs, each claimed after its parent "
+        f"completed (runjobs --poll 0.2)"
+    )
+    header = f"{'db':<11} {'hop median ms':>14} {'hop p95 ms':>11} {'chain s':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        c = r["chain"]
+        print(
+            f"{r['db']:<11} {c['hop_ms']['median']:>14.1f} {c['hop_ms']['p95']:>11.1f} "
+            f"{c['seconds']:>8.2f}"
+        )
+    print()
     print("c: one record_outcomes() of 50 completions (statements, and transactions committed)")
     header = f"{'db':<11} {'completions':<32} {'statements':>10} {'transactions':>12}  by kind"
     print(header)
@@ -292,6 +308,8 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         independent = drain_independent(args.jobs)
         log(f"{args.child}: a workflow of 1 + {args.jobs} + 1 jobs")
         workflow = drain_workflow(args.jobs)
+        log(f"{args.child}: a chain of {CHAIN} jobs")
+        chain = hand_off_latency(CHAIN)
         for worker in workers:
             worker.stop()
     finally:
@@ -309,6 +327,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "server": server_version(),
         "independent": independent,
         "workflow": workflow,
+        "chain": chain,
         "flush": flush,
         "steps": steps,
     }
@@ -391,6 +410,31 @@ def drain_workflow(children: int) -> dict[str, Any]:
         "wall_seconds": wall,
         "submit_seconds": submitted,
         "phases": {name: delta.total_seconds() for name, delta in phases.items()},
+    }
+
+
+def hand_off_latency(links: int) -> dict[str, Any]:
+    """Run a chain of ``links`` no-op jobs; return how long each waited after its parent."""
+    from django_durable_jobs import Workflow
+    from django_durable_jobs.models import Job
+
+    reset()
+    wf = Workflow("bench.chain")
+    last = None
+    for n in range(links):
+        last = wf.job(NOOP, {"n": n}, after=[] if last is None else [last], name=f"l{n:03}")
+    handle = wf.submit()
+    jobs = Job.objects.filter(workflow_id=handle.id)
+    wait_until(lambda: not jobs.exclude(status="complete").exists(), 600, "the chain")
+    rows = sorted(jobs, key=lambda job: job.node)
+    hops = [
+        (child.claimed_at - parent.completed_at).total_seconds()
+        for parent, child in zip(rows, rows[1:], strict=False)
+    ]
+    return {
+        "links": links,
+        "hop_ms": summary(hops),
+        "seconds": (rows[-1].completed_at - rows[0].claimed_at).total_seconds(),
     }
 
 

@@ -8,9 +8,14 @@ happened, so a run that injected nothing cannot pass.
 
 from __future__ import annotations
 
+import copy
+import json
+from dataclasses import replace
+from datetime import timedelta
+
 import pytest
 
-from tests.chaos import audit
+from tests.chaos import audit, checker
 from tests.workflows import chaos_support
 
 pytestmark = [pytest.mark.proof, pytest.mark.processes]
@@ -66,6 +71,43 @@ def test_workflows_survive_killed_and_paused_workers(borrowed, tmp_path):
     # The paused worker woke up to refusals: a step record and a completion, among others.
     assert counts["paused_late_step_refused"] > 0, summary
     assert counts["paused_late_completion_refused"] > 0, summary
+    assert_the_checker_catches_each_violation(run)
+
+
+def assert_the_checker_catches_each_violation(run: chaos_support.WorkflowRun) -> None:
+    """Spoil a copy of the real run's evidence in one way at a time: the checker must say so."""
+    uid = checker.uid
+    jobs = {uid(j["id"]): j for j in run.jobs}
+    merge = next(j for j in run.jobs if j["node"] == "merge")
+    child = next(j for j in run.jobs if j["node"] == "c00")
+    step = run.steps[0]
+    late = next(r for r in run.history if r["pid"] == run.paused_pid and not r["accepted"])
+
+    def spoiled(**changes) -> set[str]:
+        report = chaos_support.check(replace(copy.deepcopy(run), **changes))
+        return set(report.violation_counts)
+
+    def with_job(job_id, **fields) -> list[dict]:
+        return [{**j, **fields} if j["id"] == job_id else j for j in run.jobs]
+
+    rerun = {"what": "step", "job": step["job_id"], "step": step["name"], "pid": 1, "t": 0}
+    assert "step-once" in spoiled(log=[*run.log, {**rerun, "epoch": step["epoch"] + 1}])
+    assert "step-once" in spoiled(log=[*run.log, {**rerun, "epoch": step["epoch"]}])
+    early = child["released_at"] - timedelta(milliseconds=1)
+    assert "released-once" in spoiled(jobs=with_job(child["id"], released_at=early))
+    again = next(
+        a
+        for a in run.audit
+        if uid(a["job_id"]) == uid(child["id"]) and a["old_status"] == "waiting"
+    )
+    assert "released-once" in spoiled(audit=[*run.audit, {**again, "seq": 10**9}])
+    result = json.loads(merge["result"])
+    result["upstream"].pop(sorted(result["upstream"])[0])
+    assert "fan-in" in spoiled(jobs=with_job(merge["id"], result=json.dumps(result)))
+    assert "complete" in spoiled(jobs=with_job(child["id"], status="failed"))
+    accepted = [{**r, "accepted": True} if r is late else r for r in run.history]
+    assert {"stale-refused", "no-stale-write"} <= spoiled(history=accepted)
+    assert uid(late["job_id"]) in jobs
 
 
 def checker_lines(report) -> list[str]:

@@ -303,7 +303,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     argv = ["--concurrency", str(args.threads), "--poll", "0.2", "--no-schedules"]
     workers = [Worker(argv, tmp / f"worker{n}.log") for n in range(args.workers)]
     try:
-        wait_until(lambda: started(tmp, args.workers), 60, "the workers to start")
+        wait_until(lambda: started(args.workers), 60, "the workers to start")
         log(f"{args.child}: {args.jobs} independent jobs")
         independent = drain_independent(args.jobs)
         log(f"{args.child}: a workflow of 1 + {args.jobs} + 1 jobs")
@@ -333,7 +333,8 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     }
 
 
-def started(tmp: Path, count: int) -> bool:
+def started(count: int) -> bool:
+    """Return True once ``count`` workers are registered and running."""
     from django_durable_jobs.models import WorkerProcess
 
     return WorkerProcess.objects.filter(stopped_at__isnull=True).count() >= count

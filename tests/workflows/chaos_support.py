@@ -19,9 +19,9 @@ holds of workflows and steps:
 ``complete``
     every job of every workflow completed, with the step results its code computes;
 ``step-once``
-    a recorded step never ran again: no run of it at a later epoch than the one that recorded
-    it, exactly one run at that epoch, and each recorded step was run by the attempt that
-    recorded it;
+    a recorded step never ran again: no run of it began after its ``recorded_at`` or at a later
+    epoch than the one that recorded it, exactly one run at that epoch, and every step that ran
+    was recorded;
 ``stale-refused``
     the paused worker's late writes were refused (a step record and a completion, each at an
     epoch the database had superseded), and it had none accepted after its lease was taken.
@@ -45,6 +45,8 @@ from tests.chaos.faults import Fleet, Worker
 OPERATION = "tests.wfchaos.node"
 FAN_OUT = 20
 ENDINGS = ("outcome", "complete", "complete_atomically")
+# How far the step log's clock (the worker's time.time()) may be ahead of the store's: one host.
+CLOCK_SLACK = 0.05
 
 
 def node_payload(log: Path, tag: str, *, step_seconds: float, tail_seconds: float) -> dict:
@@ -485,6 +487,15 @@ def _check_steps(
                 "step-once",
                 job_id,
                 f"step {name} recorded at epoch {step['epoch']} ran again at epochs {later}",
+            )
+        recorded_at = checker.seconds(step["recorded_at"])
+        after = [line["epoch"] for line in ran if line["t"] > recorded_at + CLOCK_SLACK]
+        if after:
+            report.add(
+                "step-once",
+                job_id,
+                f"step {name} recorded at {step['recorded_at']} began again after that, at "
+                f"epochs {after}",
             )
         if at.count(step["epoch"]) != 1:
             report.add(

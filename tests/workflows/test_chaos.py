@@ -93,6 +93,8 @@ def assert_the_checker_catches_each_violation(run: chaos_support.WorkflowRun) ->
     rerun = {"what": "step", "job": step["job_id"], "step": step["name"], "pid": 1, "t": 0}
     assert "step-once" in spoiled(log=[*run.log, {**rerun, "epoch": step["epoch"] + 1}])
     assert "step-once" in spoiled(log=[*run.log, {**rerun, "epoch": step["epoch"]}])
+    after = checker.seconds(step["recorded_at"]) + 1
+    assert "step-once" in spoiled(log=[*run.log, {**rerun, "epoch": step["epoch"] - 1, "t": after}])
     early = child["released_at"] - timedelta(milliseconds=1)
     assert "released-once" in spoiled(jobs=with_job(child["id"], released_at=early))
     again = next(

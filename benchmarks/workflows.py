@@ -198,8 +198,10 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> lis
             f"{c['seconds']:>8.2f}"
         )
     print()
-    print("c: one record_outcomes() of 50 completions (statements, and transactions committed)")
-    header = f"{'db':<11} {'completions':<32} {'statements':>10} {'transactions':>12}  by kind"
+    print("c: one record_outcomes() call (statements, transactions committed, milliseconds)")
+    header = (
+        f"{'db':<11} {'completions':<32} {'statements':>10} {'transactions':>12} {'ms':>6}  by kind"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
@@ -207,7 +209,7 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> lis
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(row["kinds"].items()))
             print(
                 f"{r['db']:<11} {label:<32} {row['statements']:>10} "
-                f"{row['transactions']:>12}  {kinds}"
+                f"{row['transactions']:>12} {row['ms']:>6.1f}  {kinds}"
             )
     print()
     print(f"d: a job of {STEPS} steps, its worker SIGKILLed after the last step, resumed")
@@ -320,6 +322,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "50 plain jobs": flush_cost(50, 0),
         "50 parents releasing 5 children": flush_cost(50, 5),
         "50 parents releasing 20 children": flush_cost(50, 20),
+        "1 parent releasing 4,999 children": flush_cost(1, 4999),
     }
     log(f"{args.child}: {STEPS} steps, SIGKILL, resume")
     steps = resume_after_steps(tmp)
@@ -478,7 +481,9 @@ def flush_cost(parents: int, children: int) -> dict[str, Any]:
     connection.commit = counted_commit  # counts the transactions record_outcomes commits
     try:
         with CaptureQueriesContext(connection) as captured:
+            begun = time.perf_counter()
             recorded = store.record_outcomes(outcomes)
+            took = time.perf_counter() - begun
     finally:
         del connection.commit
     if any(r.refusal is not None for r in recorded):
@@ -490,6 +495,7 @@ def flush_cost(parents: int, children: int) -> dict[str, Any]:
     return {
         "statements": len(captured.captured_queries),
         "transactions": commits,
+        "ms": took * 1000,
         "kinds": dict(kinds),
         "released": released,
     }

@@ -3,8 +3,8 @@
 ``tests.wfchaos.node`` runs ``steps`` durable steps (``ctx.step``), each appending a line to the
 payload's ``log`` when it starts (fsynced, so a SIGKILL loses nothing already written), then
 reads its parents' results (``ctx.upstream()``), spends ``tail`` seconds and returns who ran it.
-The log says, per line, what began: ``step`` (job, step name, epoch, pid) or ``tail`` (the
-attempt is past its last step, about to return). The checker compares it with the recorded
+The log says, per line, what began and for how many seconds: ``step`` (job, step name, epoch,
+pid) or ``tail`` (the attempt is past its last step, about to return). The checker compares it with the recorded
 steps (``JobStep``) and the harness reads it to pause a worker while it is in the middle of both.
 """
 
@@ -32,14 +32,16 @@ def node(ctx, payload):
     for i in range(payload.get("steps", 3)):
 
         def step(i=i):
-            _log(log, what="step", job=str(ctx.job_id), step=f"s{i}", epoch=epoch)
-            time.sleep(payload.get("step_seconds", 0.2))
+            seconds = payload.get("step_seconds", 0.2)
+            _log(log, what="step", job=str(ctx.job_id), step=f"s{i}", epoch=epoch, seconds=seconds)
+            time.sleep(seconds)
             return f"{tag}:s{i}"
 
         results.append(ctx.step(f"s{i}", step))
     upstream = ctx.upstream()
-    _log(log, what="tail", job=str(ctx.job_id), epoch=epoch)
-    time.sleep(payload.get("tail_seconds", 0.3))
+    seconds = payload.get("tail_seconds", 0.3)
+    _log(log, what="tail", job=str(ctx.job_id), epoch=epoch, seconds=seconds)
+    time.sleep(seconds)
     return {
         "tag": tag,
         "epoch": epoch,

@@ -45,6 +45,8 @@ from tests.chaos.faults import Fleet, Worker
 OPERATION = "tests.wfchaos.node"
 FAN_OUT = 20
 ENDINGS = ("outcome", "complete", "complete_atomically")
+# A worker is paused only in a step or last part that has this many seconds still to go.
+MARGIN = 0.1
 # How far the step log's clock (the worker's time.time()) may be ahead of the store's: one host.
 CLOCK_SLACK = 0.05
 
@@ -124,7 +126,6 @@ class WorkflowChaos:
     paused_pid: int | None = None
     paused_at: dict[str, Any] = field(default_factory=dict)  # what it was doing when stopped
     kills: int = 0
-    recent: dict[str, float] = field(default_factory=lambda: {"step": 0.15, "tail": 0.25})
 
     def __post_init__(self) -> None:
         args = ["--lease", f"{self.lease:g}", "--poll", "0.2", "--grace", "10"]
@@ -218,7 +219,7 @@ class WorkflowChaos:
 
     def _doing(self) -> dict[int, dict[str, dict]]:
         """Return, per pid, per job, the last line each of its running attempts logged: only
-        a step or a last part begun so recently that it is far from over (half its length)."""
+        a step or a last part with at least :data:`MARGIN` seconds still to go."""
         now = time.time()
         latest: dict[int, dict[str, dict]] = defaultdict(dict)
         for line in read_log(self.log):
@@ -227,7 +228,7 @@ class WorkflowChaos:
             pid: {
                 job: line
                 for job, line in jobs.items()
-                if now - line["t"] < self.recent[line["what"]]
+                if line["t"] <= now < line["t"] + line["seconds"] - MARGIN
             }
             for pid, jobs in latest.items()
         }

@@ -6,8 +6,8 @@
 #                (the PostgreSQL-restart tests only with DURABLE_JOBS_TEST_RESTART_SERVERS=1)
 #   make test-quick  the suite on SQLite only (a few minutes; no database server needed)
 #   make docs    the documentation site, built with mkdocs --strict into test-output/site
-#   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows
-#                and worker benchmarks (installs the bench extra first)
+#   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows,
+#                worker and workflow benchmarks (installs the bench extra first)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k lease"
 
@@ -129,6 +129,7 @@ bench: $(VENV)/.bench-installed | services
 	$(PY) -m benchmarks.side_by_side $(BENCH_ARGS)
 	$(PY) -m benchmarks
 	$(PY) -m benchmarks.worker_latency
+	$(PY) -m benchmarks.workflows
 	$(PY) -m benchmarks.stats
 
 clean:

@@ -70,3 +70,6 @@ def sleeper(ctx, payload):
         ctx.sleep(payload.get("seconds", 1))
     _note(payload, f"after {ctx.attempt}")
     return {"value": first + 1, "attempt": ctx.attempt}
+
+
+from . import workflow_chaos_jobs  # noqa: F401,E402

@@ -31,6 +31,7 @@ from .filters import (
     ScheduledFilter,
     ScheduleFilter,
     ScopeFilter,
+    WorkflowFilter,
 )
 from .jobpage import JobPage
 from .paginator import EstimatedCountPaginator
@@ -111,6 +112,7 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
         QueueFilter,
         ScheduledFilter,
         ScheduleFilter,
+        WorkflowFilter,
     )
     search_fields = ("id", "idempotency_key")  # see get_search_results: exact matches only
     search_help_text = "A job id (exact UUID) or an idempotency key (exact)."

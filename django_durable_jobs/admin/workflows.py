@@ -104,7 +104,9 @@ def answer_message(kind: str, answer: WorkflowAnswer) -> tuple[int, str]:
         ]
         if not answer.count:
             return messages.WARNING, f"{who}: nothing to cancel; every job had already ended."
-        return messages.SUCCESS, f"{who}: " + "; ".join(parts) + "."
+        counts = (len(changed["cancelled"]), len(changed["requested"]))
+        said = "; ".join(part for part, n in zip(parts, counts, strict=True) if n)
+        return messages.SUCCESS, f"{who}: {said}."
     if not answer.count:
         return messages.WARNING, f"{who}: nothing to retry; no job failed or was cancelled."
     clauses = [
@@ -136,6 +138,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
         "progress",
         "state",
     )
+    list_display_links = ("short_id", "name")
     list_filter = ("scope",)
     search_fields = ("id", "name", "idempotency_key")  # see get_search_results
     search_help_text = (

@@ -373,6 +373,11 @@ def test_a_workflow_jobs_page_links_its_workflow_parents_and_children(root, stor
     assert merge.count('class="dj-wf-parent"') == 12
     assert "none: the workflow ends here" in merge
     assert "Nobody yet: it waits for its parents in its workflow to complete." in merge
+    assert "Workflow and sleep</h2>" in merge and re.search(
+        r"(?i)waiting on:</label>\s*<div[^>]*>4</div>", merge
+    )
+    plain = store.defer(ECHO, submission(key="plain"))
+    assert "Workflow and sleep</h2>" not in page(root, f"{JOBS}{plain.pk}/change/")
 
 
 def test_a_sleeping_jobs_page_says_until_when_and_shows_its_steps(root, store):
@@ -391,6 +396,7 @@ def test_a_sleeping_jobs_page_says_until_when_and_shows_its_steps(root, store):
     steps = shown.split('<table class="dj-steps-table">')[1].split("</table>")[0]
     assert "<strong>before</strong>" in steps and "&quot;note&quot;: &quot;xxx" in steps
     assert "xxxx" in steps and "x" * 2100 not in steps  # pretty-printed and cut
+    assert re.search(rf"(?i)sleep until:</label>\s*<div[^>]*>{when}</div>", shown)
 
 
 # -- screenshots -----------------------------------------------------------------------------------
@@ -444,3 +450,27 @@ def test_screenshots_at_1280_px(live_server, store, django_user_model, monkeypat
                 assert width <= 1280, (name, width)
         finally:
             browser.close()
+
+
+def test_the_list_actions_cancel_each_selected_workflow_and_unknown_requests_are_404(root, store):
+    first, second = fan("first", width=2), fan("second", width=2)
+    complete(store, jobs_of(second)["fetch"])
+    done = root.post(
+        WORKFLOWS,
+        {"action": "cancel_workflows", "_selected_action": [str(first.id), str(second.id)]},
+        follow=True,
+    )
+    assert [str(m) for m in done.context["messages"]] == [
+        f"Workflow first ({first.id}): 4 jobs cancelled at once.",
+        f"Workflow second ({second.id}): 3 jobs cancelled at once.",
+    ]
+    assert {job.status for job in jobs_of(first).values()} == {"cancelled"}
+    before = everything()
+    missing = "00000000-0000-0000-0000-000000000000"
+    assert root.post(f"{WORKFLOWS}{missing}/request/cancel/", {"confirm": "yes"}).status_code == 404
+    assert (
+        root.post(f"{WORKFLOWS}{first.id}/request/delete/", {"confirm": "yes"}).status_code == 404
+    )
+    assert root.get(f"{WORKFLOWS}add/").status_code == 403
+    assert root.post(f"{WORKFLOWS}{first.id}/delete/", {"post": "yes"}).status_code == 403
+    assert everything() == before

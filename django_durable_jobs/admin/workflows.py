@@ -28,7 +28,6 @@ from ..rules.conf import jobs_settings
 from ..rules.errors import JobError
 from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus
 from ..store import DurableJobStore
-from ..store.workflows import WorkflowAnswer, state_of
 from . import format as fmt
 from . import graph, jobflow
 from .base import WIDE, ReadOnlyAdmin
@@ -46,11 +45,22 @@ STATE_COLOURS = {
 _COUNTED = {status: f"jobs_{status}" for status in JobStatus.values}
 
 
-class _Status:
-    """A job as ``state_of`` reads it: its status alone."""
+def workflow_state(statuses: Counter) -> str:
+    """Return a workflow's state from how many of its jobs are in each status.
 
-    def __init__(self, status: str) -> None:
-        self.status = status
+    The rule of ``store.workflows.state_of`` (which the admin may not import: it reaches the
+    store through its face only; a test proves the two agree): ``complete`` when every job
+    completed; ``running`` while any job is not ended; ``failed`` when one failed (or was
+    orphaned) and all ended; else ``cancelled``.
+    """
+    present = {status for status, count in statuses.items() if count}
+    if present <= {JobStatus.COMPLETE}:
+        return "complete"
+    if not present <= set(TERMINAL_STATUSES):
+        return "running"
+    if JobStatus.FAILED in present or JobStatus.ORPHANED in present:
+        return "failed"
+    return "cancelled"
 
 
 def statuses_of(obj: Workflow) -> Counter:
@@ -83,8 +93,10 @@ REQUESTS = {
 }
 
 
-def answer_message(kind: str, answer: WorkflowAnswer) -> tuple[int, str]:
-    """Return what a Cancel or Retry of a workflow did, as a message level and text."""
+def answer_message(kind: str, answer: Any) -> tuple[int, str]:
+    """Return what a Cancel or Retry of a workflow did (``store.workflows.cancel`` or
+    ``retry``'s answer: the workflow, and the jobs it changed by what happened to them), as a
+    message level and text."""
     workflow = answer.workflow
     who = f"Workflow {workflow.name} ({workflow.pk})"
     changed = answer.changed
@@ -211,7 +223,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.display(description="state")
     def state(self, obj: Workflow):
         statuses = statuses_of(obj)
-        return state_badge(state_of([_Status(s) for s, n in statuses.items() if n]))
+        return state_badge(workflow_state(statuses))
 
     created_at_shown = admin.display(description="created at")(
         lambda self, obj: fmt.moment(obj.created_at)
@@ -289,7 +301,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                 ),
             )
             drawn = graph.svg(drawing)
-        state = state_of([_Status(s) for s, n in statuses.items() if n])
+        state = workflow_state(statuses)
         unfinished = any(statuses[s] for s in statuses if s not in TERMINAL_STATUSES)
         again = statuses[JobStatus.FAILED] + statuses[JobStatus.CANCELLED]
         shown = []

@@ -474,3 +474,22 @@ def test_the_list_actions_cancel_each_selected_workflow_and_unknown_requests_are
     assert root.get(f"{WORKFLOWS}add/").status_code == 403
     assert root.post(f"{WORKFLOWS}{first.id}/delete/", {"post": "yes"}).status_code == 403
     assert everything() == before
+
+
+def test_the_lists_state_is_the_stores_rule_for_every_mix_of_statuses():
+    from itertools import combinations
+
+    from django_durable_jobs.admin.workflows import workflow_state
+    from django_durable_jobs.rules.vocabulary import JobStatus
+    from django_durable_jobs.store.workflows import state_of
+
+    class Row:
+        def __init__(self, status):
+            self.status = status
+
+    statuses = list(JobStatus.values)
+    for size in range(1, len(statuses) + 1):
+        for mix in combinations(statuses, size):
+            assert workflow_state(Counter({s: 2 for s in mix})) == state_of(
+                [Row(s) for s in mix]
+            ), mix

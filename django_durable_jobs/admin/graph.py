@@ -55,6 +55,7 @@ class GraphJob:
     status: str
     attempts: int
     parents: tuple[Any, ...]
+    waiting_on: int = 0  # of a waiting job: how many parents it still waits for
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Box:
 
     key: str
     label: str
+    sub: str
     operation: str
     statuses: Counter
     url: str
@@ -189,9 +191,15 @@ def _single(job: GraphJob, number: int, job_url: Callable[[Any], str]) -> Box:
     name = job.name or job.operation
     tries = f", attempt {job.attempts}" if job.attempts > 1 else ""
     title = f"{name} ({job.operation}): {job.status}{tries}; job {job.id}"
+    sub = job.status
+    if job.status == JobStatus.WAITING and job.waiting_on:
+        sub += f" for {job.waiting_on}"
+    if job.attempts > 1:
+        sub += f" · attempt {job.attempts}"
     return Box(
         key=str(job.id),
         label=name,
+        sub=sub,
         operation=job.operation,
         statuses=Counter({job.status: 1}),
         url=job_url(job.id),
@@ -206,6 +214,7 @@ def _group(group: list[GraphJob], number: int, operation: str, group_url) -> Box
     what = operation or "jobs of several operations"
     return Box(
         key=f"group:{number}:{operation}",
+        sub="",
         label=_cut(operation or "jobs", LABEL_CHARS - len(f" × {len(group)}")) + f" × {len(group)}",
         operation=operation,
         statuses=statuses,
@@ -315,7 +324,6 @@ def _node(box: Box) -> SafeString:
     colour = STATUS_COLOURS.get(status, "#333")
     if box.collapsed:
         fill, stroke, ink, dash, width = "#ffffff", "#5a6268", "#1f2328", "", 2
-        sub = ""
         extra = mark_safe(_lines(box) + _bar(box))
     elif status == JobStatus.WAITING:
         fill, stroke, ink, dash, width = (
@@ -325,10 +333,10 @@ def _node(box: Box) -> SafeString:
             ' stroke-dasharray="5 3"',
             2,
         )
-        sub, extra = status, ""
+        extra = ""
     else:
         fill, stroke, ink, dash, width = colour, colour, "#ffffff", "", 1
-        sub, extra = status, ""
+        extra = ""
     return format_html(
         '<a href="{}" class="dj-wf-node dj-wf-{}" data-jobs="{}"><title>{}</title>'
         '<rect x="{}" y="{}" width="{}" height="{}" rx="5" fill="{}" stroke="{}" '
@@ -354,7 +362,7 @@ def _node(box: Box) -> SafeString:
         box.x + 8,
         box.y + 31,
         ink,
-        sub,
+        box.sub,
         extra,
     )
 

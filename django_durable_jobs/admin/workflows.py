@@ -265,7 +265,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
         rows = list(
             Job.objects.using(using)
             .filter(workflow_id=obj.pk)
-            .only("id", "node", "operation", "status", "attempts", "idempotency_key")
+            .only("id", "node", "operation", "status", "attempts", "idempotency_key", "waiting_on")
             .order_by()[: GRAPH_MAX_JOBS + 1]
         )
         rows.sort(key=jobflow.declared)
@@ -290,6 +290,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                     row.status,
                     row.attempts,
                     tuple(parents[row.pk]),
+                    row.waiting_on,
                 )
                 for row in rows
             ]

@@ -206,6 +206,7 @@ def test_the_graph_links_every_node_to_its_job_coloured_by_status(root, store):
     for status in ("complete", "running", "failed", "pending", "waiting"):
         assert STATUS_COLOURS[status] in drawn
     assert drawn.count('<path class="dj-wf-edge"') == 24
+    assert ">merge</text>" in drawn and ">waiting for 4</text>" in drawn  # its parents left
     # The legend counts them and links to the job list of each status in this workflow.
     legend = re.findall(r'status__exact=(\w+)"[^>]*>.*?<strong>(\d+)</strong>', shown, re.S)
     assert dict(legend) == {

@@ -1,7 +1,7 @@
 """Admin pages of jobs, attempts and workers (read-only: rows are evidence), schedules and API
 tokens.
 
-Django's admin autodiscovery imports this package, which registers the five pages:
+Django's admin autodiscovery imports this package, which registers the pages:
 
 - :mod:`.jobs`: the job list and job page (with :mod:`.filters`, :mod:`.format` and
   :mod:`.paginator`);
@@ -9,7 +9,8 @@ Django's admin autodiscovery imports this package, which registers the five page
   writer, and word its typed answers;
 - :mod:`.attempts` and :mod:`.workers`: the attempt history and the ``runjobs`` processes;
 - :mod:`.schedules`: the recurring jobs declared in code, paused and resumed;
-- :mod:`.tokens`: the REST API's bearer tokens, created (shown once) and revoked.
+- :mod:`.tokens`: the REST API's bearer tokens, created (shown once) and revoked;
+- :mod:`.workflows`: workflows, drawn as graphs (:mod:`.graph`), cancelled and retried whole.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from .filters import (
     ScheduleFilter,
     ScopeFilter,
     WorkerStateFilter,
+    WorkflowFilter,
 )
 from .jobs import JobAdmin, JobChangeList
 from .paginator import EstimatedCountPaginator
 from .schedules import ScheduleAdmin
 from .tokens import ApiTokenAdmin
 from .workers import WorkerProcessAdmin
+from .workflows import WorkflowAdmin
 
 __all__ = [
     "ApiTokenAdmin",
@@ -53,4 +56,6 @@ __all__ = [
     "ScopeFilter",
     "WorkerProcessAdmin",
     "WorkerStateFilter",
+    "WorkflowAdmin",
+    "WorkflowFilter",
 ]

@@ -7,6 +7,7 @@ Each reads only the row and its annotations (``ownership_sql``, the owner worker
 from __future__ import annotations
 
 from django.contrib import admin
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -56,12 +57,28 @@ class JobColumns:
 
     @admin.display(description="operation", ordering="operation")
     def operation_shown(self, obj: Job):
-        """Return the operation (it may wrap after a dot), and under it the scope and queue."""
-        return format_html(
+        """Return the operation (it may wrap after a dot), and under it the scope and queue,
+        and for a workflow's job its name there, linked to the workflow's page."""
+        shown = format_html(
             '{}<div class="durable-jobs-sub">{} · {}</div>',
             fmt.breakable(obj.operation),
             obj.scope if obj.scope is not None else "(no scope)",
             obj.queue,
+        )
+        if obj.workflow_id is None:
+            return shown
+        url = reverse(
+            "admin:durable_jobs_workflow_change",
+            args=[obj.workflow_id],
+            current_app=self.admin_site.name,
+        )
+        return format_html(
+            '{}<div class="durable-jobs-sub">in <a href="{}" title="its workflow">workflow'
+            " {}</a>{}</div>",
+            shown,
+            url,
+            str(obj.workflow_id)[: fmt.SHORT_ID],
+            format_html(" as {}", obj.node) if obj.node else "",
         )
 
     @admin.display(description="created", ordering="created_at")
@@ -80,6 +97,12 @@ class JobColumns:
                 shown, what = fmt.between(max(obj.created_at, obj.run_after), now), "waiting"
         elif obj.status == JobStatus.RUNNING:
             shown, what = fmt.between(obj.claimed_at, now), "running"
+        elif obj.status == JobStatus.WAITING:
+            shown, what = fmt.between(obj.created_at, now), "waiting for parents"
+        elif obj.status == JobStatus.SLEEPING:
+            until = obj.sleep_until or obj.run_after
+            shown = fmt.duration((until - now).total_seconds()) if until else "-"
+            what = "sleeps; due in" if until and until > now else "slept; due now"
         else:
             shown, what = fmt.between(obj.claimed_at or obj.created_at, obj.completed_at), "ran"
         return format_html('{}<div class="durable-jobs-sub">{}</div>', shown, what)

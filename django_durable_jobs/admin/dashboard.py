@@ -32,9 +32,11 @@ from . import charts
 from .base import ReadOnlyAdmin
 
 # The cells of a row of the "now" tables, in order: (heading, status, ownership). Pending and
-# running rows are counted now, by their ownership; ended ones over the last 24 hours.
+# running rows are counted now, by their ownership; ended ones over the last 24 hours. (A
+# pending job is "pending", not "waiting": that word is the status of a workflow's job whose
+# parents have not completed.)
 NOW_COLUMNS = (
-    ("waiting", JobStatus.PENDING, Ownership.UNCLAIMED),
+    ("pending", JobStatus.PENDING, Ownership.UNCLAIMED),
     ("running", JobStatus.RUNNING, Ownership.CURRENT),
     ("lease expired", JobStatus.RUNNING, Ownership.EXPIRED),
     ("legacy", None, Ownership.LEGACY_UNKNOWN),

@@ -3,6 +3,7 @@ need a person's attention, cheap value lists, scheduled jobs, and workers by sta
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
 from django.contrib import admin
@@ -10,11 +11,12 @@ from django.db.models import Q
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from ..models import Job, Schedule
+from ..models import Job, Schedule, Workflow
 from ..rules import registry
 from ..rules.conf import jobs_settings
 from ..rules.vocabulary import (
     OWNERSHIP_STATES,
+    PARKED_STATUSES,
     TERMINAL_STATUSES,
     JobStatus,
     Ownership,
@@ -31,8 +33,8 @@ from ..stats.workers import lease_values, stale_q
 
 STATUSES_OF = {
     Ownership.TERMINAL: sorted(TERMINAL_STATUSES),
-    Ownership.UNCLAIMED: [JobStatus.PENDING],
-    Ownership.LEGACY_UNKNOWN: [JobStatus.PENDING, JobStatus.RUNNING],
+    Ownership.UNCLAIMED: [JobStatus.PENDING, *PARKED_STATUSES],
+    Ownership.LEGACY_UNKNOWN: [JobStatus.PENDING, *PARKED_STATUSES, JobStatus.RUNNING],
     Ownership.EXPIRED: [JobStatus.RUNNING],
     Ownership.CURRENT: [JobStatus.RUNNING],
 }
@@ -139,6 +141,40 @@ class AttemptOperationFilter(RecentValuesFilter):
     parameter_name = "job__operation"  # a class attribute: the admin allows lookups by it
 
 
+# The newest workflows the job list's filter offers; any workflow id works in the URL.
+WORKFLOW_CHOICES = 20
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """The jobs of one workflow: ``?workflow=<id>``, the workflow page's links."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request, model_admin):
+        rows = Workflow.objects.using(jobs_settings.DATABASE).order_by("-created_at", "-id")
+        found = [
+            (str(pk), f"{name} · {str(pk)[:8]}")
+            for pk, name in rows.values_list("pk", "name")[:WORKFLOW_CHOICES]
+        ]
+        value = self.value()
+        if value is not None and value not in {pk for pk, _ in found}:
+            found.append((value, f"workflow {value[:8]}"))
+        return found
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        try:
+            workflow_id = uuid.UUID(value)
+        except ValueError:
+            raise admin.options.IncorrectLookupParameters(
+                f"{value!r} is not a workflow id."
+            ) from None
+        return queryset.filter(workflow_id=workflow_id)
+
+
 # ``schedule:<name>:`` then the tick in UTC, ``2026-12-01T03:00:00Z`` (always 20 characters).
 SCHEDULE_KEY_PREFIX = "schedule:"
 TICK_LENGTH = len("2026-12-01T03:00:00Z")
@@ -241,7 +277,7 @@ SCHEDULED_CHOICES = {
 }
 # Requests that look for particular jobs (a search, a status, a schedule's jobs): the default
 # hides nothing from them, so a count that links to a status sees the list agree with it.
-LOOKING_FOR = ("q", "status__exact", ScheduleFilter.parameter_name)
+LOOKING_FOR = ("q", "status__exact", ScheduleFilter.parameter_name, WorkflowFilter.parameter_name)
 
 
 class DefaultNamedFilter(admin.SimpleListFilter):

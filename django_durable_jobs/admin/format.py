@@ -34,8 +34,12 @@ WORKER_COLOURS = {
 }
 
 
+# Waiting (for its parents) is ochre, a job held back; sleeping is teal, a job resting by its own
+# choice: both apart from pending's blue, running's green and complete's grey.
 STATUS_COLOURS = {
     JobStatus.PENDING: "#2c6fbb",
+    JobStatus.WAITING: "#876500",
+    JobStatus.SLEEPING: "#0e7c86",
     JobStatus.RUNNING: "#1e7e34",
     JobStatus.COMPLETE: "#5a6268",
     JobStatus.FAILED: "#c0392b",
@@ -48,6 +52,7 @@ OUTCOME_COLOURS = {
     AttemptOutcomeChoice.CANCELLED: "#b36200",
     AttemptOutcomeChoice.INTERRUPTED: "#8e44ad",
     AttemptOutcomeChoice.RELEASED: "#2c6fbb",
+    AttemptOutcomeChoice.SLEPT: "#0e7c86",
     "running": "#1e7e34",  # the attempt that holds the lease now: it has no history row yet
 }
 SHORT_ID = 8  # hex characters of a job id shown in the list; the full id is on hover

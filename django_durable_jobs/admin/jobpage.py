@@ -32,6 +32,7 @@ from ..rules.vocabulary import (
     assess_ownership,
 )
 from . import format as fmt
+from . import jobflow
 from .base import WIDE
 from .filters import stale_workers
 
@@ -45,6 +46,8 @@ RUNNING = "running"  # the outcome shown for the attempt that holds the lease no
 OUTCOME_NOTES = {
     AttemptOutcomeChoice.INTERRUPTED: "its lease expired before it ended: what it did is unknown",
     AttemptOutcomeChoice.RELEASED: "handed back unstarted by a stopping worker; no code ran",
+    AttemptOutcomeChoice.SLEPT: "it called ctx.sleep(): ended without failing, not counted as "
+    "an attempt; the next one resumes after its recorded steps",
 }
 
 
@@ -160,6 +163,11 @@ def holder(job: Job, worker_state: str | None, now: datetime) -> str:
             if job.run_after and job.run_after > now:
                 return f"Nobody yet: due at {fmt.moment(job.run_after)}."
             return "Nobody yet: waiting for a worker."
+        if job.status == JobStatus.WAITING:
+            return "Nobody yet: it waits for its parents in its workflow to complete."
+        if job.status == JobStatus.SLEEPING:
+            until = job.sleep_until or job.run_after
+            return f"Nobody: the job sleeps until {fmt.moment(until)}."
         return "Nobody: the job has ended."
     name = job.claimed_by or job.owner_id or "an unknown owner"
     worker = f" (its worker is {worker_state})" if worker_state else ""
@@ -246,7 +254,8 @@ def banners(job: Job) -> list[dict[str, str]]:
         else:
             text = f"Cancellation requested at {at}; waiting for the owner to stop."
         found.append({"kind": "cancel", "text": text})
-    if job.retry_requested_at is not None:
+    # A sleeping job's retry request is its wake-up call: the sleeping banner says when.
+    if job.retry_requested_at is not None and job.status != JobStatus.SLEEPING:
         at = fmt.moment(job.retry_requested_at)
         found.append(
             {
@@ -339,7 +348,20 @@ class JobPage:
         using = obj._state.db
         steps, ended = timeline(obj, using)
         state = self._owner_worker_state(obj)
+        recorded, recorded_total = jobflow.steps_of(obj, using)
+        site = self.admin_site.name
         return {
+            "job_workflow": jobflow.workflow_facts(
+                obj,
+                using,
+                lambda pk: reverse("admin:durable_jobs_job_change", args=[pk], current_app=site),
+                lambda pk: reverse(
+                    "admin:durable_jobs_workflow_change", args=[pk], current_app=site
+                ),
+            ),
+            "job_sleeping": jobflow.sleeping_until(obj, now),
+            "job_steps": recorded,
+            "job_steps_total": recorded_total,
             "durable_jobs_banners": banners(obj),
             "job_summary": {
                 "status": fmt.status_badge(obj.status),

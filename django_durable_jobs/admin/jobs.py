@@ -16,6 +16,7 @@ from django.db.models.functions import Substr
 from django.http import Http404, HttpResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
 from ..models import Job, WorkerProcess
 from ..rules.vocabulary import JobStatus, assess_ownership
@@ -31,12 +32,15 @@ from .filters import (
     ScheduledFilter,
     ScheduleFilter,
     ScopeFilter,
+    WorkflowFilter,
 )
 from .jobpage import JobPage
 from .paginator import EstimatedCountPaginator
 
 # The payload columns the raw view serves, as stored.
 RAW_FIELDS = ("proposal", "checkpoint", "result")
+# The fieldset shown only for a workflow's job or a job that slept.
+WORKFLOW_FIELDSET = "Workflow and sleep"
 # What the list reads of a failed job's error: enough for its first line, cut for display.
 ERROR_HEAD_CHARS = 200
 
@@ -111,6 +115,7 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
         QueueFilter,
         ScheduledFilter,
         ScheduleFilter,
+        WorkflowFilter,
     )
     search_fields = ("id", "idempotency_key")  # see get_search_results: exact matches only
     search_help_text = "A job id (exact UUID) or an idempotency key (exact)."
@@ -165,6 +170,19 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
                     "retry_requested_at_shown",
                     "checkpoint_at_shown",
                     "progress_bar",
+                )
+            },
+        ),
+        (
+            WORKFLOW_FIELDSET,
+            {
+                "fields": (
+                    "workflow_link",
+                    "node",
+                    "waiting_on",
+                    "on_upstream_failure",
+                    "released_at_shown",
+                    "sleep_until_shown",
                 )
             },
         ),
@@ -245,12 +263,27 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
         """Return what is wrong with the stored row (shown only when something is)."""
         return obj.diagnostic_error or "-"
 
+    @admin.display(description="workflow")
+    def workflow_link(self, obj: Job):
+        if obj.workflow_id is None:
+            return "-"
+        url = reverse(
+            "admin:durable_jobs_workflow_change",
+            args=[obj.workflow_id],
+            current_app=self.admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, obj.workflow_id)
+
     def get_fieldsets(self, request, obj=None):
-        if obj is not None and obj.diagnostic_error:
-            return self.fieldsets
+        """Return the page's fields: the row defect only when there is one, the workflow and
+        sleep fields only for a workflow's job or one that slept."""
+        flow = obj is not None and (obj.workflow_id is not None or obj.sleep_until is not None)
         return [
             (name, {**options, "fields": [f for f in options["fields"] if f != "diagnostic"]})
+            if name is None and not (obj is not None and obj.diagnostic_error)
+            else (name, options)
             for name, options in self.fieldsets
+            if flow or name != WORKFLOW_FIELDSET
         ]
 
     claimed_at_shown = _moment("claimed_at", "claimed at")
@@ -263,6 +296,8 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
     )
     retry_requested_at_shown = _moment("retry_requested_at", "retry requested at")
     checkpoint_at_shown = _moment("checkpoint_at", "checkpoint at")
+    released_at_shown = _moment("released_at", "released at (its parents completed)")
+    sleep_until_shown = _moment("sleep_until", "sleep until")
 
     # The payload columns, each shown pretty-printed and as the exact stored text, both capped;
     # a cut display links to the raw view.

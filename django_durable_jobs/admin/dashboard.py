@@ -31,12 +31,13 @@ from ..rules.vocabulary import JobStatus, Ownership
 from . import charts
 from .base import ReadOnlyAdmin
 
-# The cells of a row of the "now" tables, in order: (heading, status, ownership). Pending and
-# running rows are counted now, by their ownership; ended ones over the last 24 hours. (A
-# pending job is "pending", not "waiting": that word is the status of a workflow's job whose
-# parents have not completed.)
+# The cells of a row of the "now" tables, in order: (heading, status, ownership). Live rows
+# (pending, a workflow's waiting jobs, sleeping, running) are counted now, by their ownership;
+# ended ones over the last 24 hours.
 NOW_COLUMNS = (
     ("pending", JobStatus.PENDING, Ownership.UNCLAIMED),
+    ("waiting", JobStatus.WAITING, Ownership.UNCLAIMED),
+    ("sleeping", JobStatus.SLEEPING, Ownership.UNCLAIMED),
     ("running", JobStatus.RUNNING, Ownership.CURRENT),
     ("lease expired", JobStatus.RUNNING, Ownership.EXPIRED),
     ("legacy", None, Ownership.LEGACY_UNKNOWN),

@@ -128,11 +128,11 @@ def test_object_urls_lead_to_the_jobs_own_page_or_are_404(viewer, mix):
 
 def test_the_page_shows_the_mix_counted_from_the_rows(viewer, mix):
     html = viewer.get(URL).content.decode()
-    # waiting, running, lease expired, legacy | complete, failed, cancelled (last 24 h)
-    assert counts_of(html, BUSY) == [2, 1, 0, 0, 2, 1, 0]
-    assert counts_of(html, HOLD) == [1, 0, 1, 0, 0, 0, 1]
-    assert counts_of(html, "fast") == [2, 1, 0, 0, 2, 1, 0]
-    assert counts_of(html, "default") == [1, 0, 1, 0, 0, 0, 1]
+    # pending, waiting, sleeping, running, lease expired, legacy | complete, failed, cancelled (last 24 h)
+    assert counts_of(html, BUSY) == [2, 0, 0, 1, 0, 0, 2, 1, 0]
+    assert counts_of(html, HOLD) == [1, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert counts_of(html, "fast") == [2, 0, 0, 1, 0, 0, 2, 1, 0]
+    assert counts_of(html, "default") == [1, 0, 0, 0, 1, 0, 0, 0, 1]
     queue = re.search(r'<tr data-queue="fast">(.*?)</tr>', html, re.S)[1]
     assert re.findall(r">(\d+)(?: s)?</td>", queue)[:3] == ["2", "2", "1"]  # pending, due, running
     workers = re.findall(r'<tr data-state="(\w+)">.*?</td>(.*?)</tr>', html, re.S)
@@ -192,7 +192,7 @@ def test_the_fragment_is_the_panels_alone(viewer, mix):
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="dj-panels"')
     assert "<html" not in html and "<body" not in html and "dashboard.js" not in html
-    assert counts_of(html, BUSY) == [2, 1, 0, 0, 2, 1, 0]
+    assert counts_of(html, BUSY) == [2, 0, 0, 1, 0, 0, 2, 1, 0]
 
 
 def test_the_page_fetches_nothing_from_outside(viewer, mix):
@@ -220,3 +220,23 @@ def test_the_query_count_does_not_grow_with_the_number_of_operations(viewer):
         return len(queries)
 
     assert add_operations(0, 5) == add_operations(5, 50)
+
+
+def test_a_workflow_s_waiting_job_and_a_sleeping_job_have_their_own_columns(viewer):
+    from django_durable_jobs import Workflow
+
+    wf = Workflow("dashboard.flow")
+    first = wf.job("tests.wf.echo", {"tag": "a"}, queue="flows")
+    wf.job("tests.wf.echo", {"tag": "b"}, after=[first], queue="flows")
+    wf.job("tests.wf.echo", {"tag": "c"}, after=[first], queue="flows")
+    wf.submit()
+    store = DurableJobStore()
+    sleeper = store.defer("tests.wf.sleeper", submission({"n": 1}), queue="naps")
+    store.sleep(store.claim(sleeper.pk), 3600)
+
+    html = viewer.get(URL).content.decode()
+
+    # pending, waiting, sleeping, running, lease expired, legacy | complete, failed, cancelled
+    assert counts_of(html, "tests.wf.echo") == [1, 2, 0, 0, 0, 0, 0, 0, 0]
+    assert counts_of(html, "tests.wf.sleeper") == [0, 0, 1, 0, 0, 0, 0, 0, 0]
+    assert counts_of(html, "naps") == [0, 0, 1, 0, 0, 0, 0, 0, 0]

@@ -48,6 +48,8 @@ def request_cancel(client: Client, job_id: Any, *, execution: Execution | None) 
         changes: dict[str, Any] = {}
         if answer == RequestAnswer.CANCELLED_NOW:
             changes.update(status=JobStatus.CANCELLED, completed_at=now)
+            if row.retry_requested_at is not None:  # a sleeping job: it must not wake up
+                changes["retry_requested_at"] = None
         if answer.accepted and row.cancellation_requested_at is None:
             changes["cancellation_requested_at"] = now
         if changes:

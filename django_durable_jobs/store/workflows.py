@@ -362,6 +362,7 @@ def cancel(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
                 error=reason,
                 owner_id=None,
                 lease_expires_at=None,
+                retry_requested_at=None,  # a sleeping job must not wake up
             )
             row.status = JobStatus.CANCELLED
         if requested:

@@ -430,6 +430,11 @@ def retry(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
                 changed["retried"].append(pk)
             jobs.filter(pk=pk, status=row.status).update(**reset)
             notify_work(client.using, row.queue)
+        # A waiting child that runs after a failure ("run") counted that parent as done; the
+        # parent runs again now, so its completion must find it still counted.
+        for pk, row in rows.items():
+            if row.status == JobStatus.WAITING and row.waiting_on != unfinished[pk]:
+                jobs.filter(pk=pk, status=JobStatus.WAITING).update(waiting_on=unfinished[pk])
         Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
             retry_requested_at=now, requested_by=by
         )

@@ -434,3 +434,25 @@ def test_retrying_a_cancelled_workflow_reruns_its_cancelled_jobs(store):
     for name in ("a", "b", "c"):
         store.complete(claim(store, jobs[name]), name)
     assert row(jobs["c"]).status == "complete"
+
+
+def test_retry_recounts_a_waiting_child_that_heard_of_a_failure_it_runs_after(store):
+    # "run" lowered the child's count when its parent failed; the retried parent completing
+    # must not lower it again and release the child before its other parent completed.
+    wf = Workflow("wf.recount")
+    failing = wf.job(FAIL, {}, name="failing")
+    slow = wf.job(ECHO, {}, name="slow")
+    wf.job(ECHO, {}, after=[failing, slow], name="child", on_upstream_failure="run")
+    jobs = submit(store, wf)
+    store.fail(claim(store, jobs["failing"]), "boom")
+    assert state(jobs["child"]) == ("waiting", 1)  # slow is still to come
+
+    answer = store.workflows.retry(jobs["slow"].workflow_id)
+    assert answer.changed["retried"] == [jobs["failing"].pk]
+    assert state(jobs["child"]) == ("waiting", 2)  # both parents are to come again
+    [lease] = store.claim_next(limit=1, operations=[FAIL], resume_expired=[])
+    store.complete(lease, "fixed")
+    assert state(jobs["child"]) == ("waiting", 1)
+    store.complete(claim(store, jobs["slow"]), "slow")
+    assert state(jobs["child"]) == ("pending", 0)
+    assert store.upstream(jobs["child"].pk) == {"failing": "fixed", "slow": "slow"}

@@ -17,7 +17,12 @@ import pytest
 
 from django_durable_jobs import Workflow
 from django_durable_jobs.models import Job, JobAttempt, JobStep
-from django_durable_jobs.rules.errors import InputInvalid, LeaseLost, NotReclaimable
+from django_durable_jobs.rules.errors import (
+    InputInvalid,
+    JobCancelled,
+    LeaseLost,
+    NotReclaimable,
+)
 from django_durable_jobs.store.steps import SLEEP_MAX_SECONDS
 from django_durable_jobs.worker.context import JobContext, Slept
 from tests.support import LEASE, assert_refused, submission
@@ -169,3 +174,18 @@ def test_the_longest_sleep_is_accepted(store, clock):
     claim = claimed(store)
     until = store.sleep(claim.lease, timedelta(seconds=SLEEP_MAX_SECONDS))
     assert until == clock() + timedelta(seconds=SLEEP_MAX_SECONDS)
+
+
+def test_a_job_asked_to_cancel_stops_instead_of_sleeping(store, clock):
+    # A sleep would hide the request: the wake-up's new attempt clears it.
+    claim = claimed(store)
+    assert store.request_cancel(claim.job_id)  # running: a request its owner carries out
+    assert_refused(JobCancelled, "E_JOB_CANCELLED", lambda: store.sleep(claim.lease, 5))
+    ctx = JobContext(store, claim.lease, claim.job)
+    with pytest.raises(JobCancelled):
+        ctx.sleep(5)
+    assert ctx.slept_until is None and not ctx.completed
+    store.cancel(claim.lease)  # what the worker does with the executor's JobCancelled
+    clock.advance(10)
+    assert store.claim_batch(limit=5, resume_expired=[]) == []
+    assert Job.objects.get(pk=claim.job_id).status == "cancelled"

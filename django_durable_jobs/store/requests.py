@@ -65,8 +65,9 @@ def request_retry(client: Client, job_id: Any) -> RequestResult:
     """Record that a person wants a new attempt; return what it did, with the job after it.
 
     A job that has not ended needs no retry (``not-ended``); a complete, legacy or defective
-    one is refused (``NotReclaimable``). The request is due at once: a person does not wait
-    out a retry policy's backoff.
+    one is refused (``NotReclaimable``), and so is a workflow job whose parents did not all
+    complete (``workflows.retrying``). The request is due at once: a person does not wait out
+    a retry policy's backoff.
     """
     validation.job_id(job_id)
     with bounded_atomic(client.using):
@@ -80,6 +81,7 @@ def request_retry(client: Client, job_id: Any) -> RequestResult:
                 raise NotReclaimable(refusal)
             if row.retry_requested_at is None:
                 changes["retry_requested_at"] = now
+                workflows.retrying(client, row)  # refuses a run before its parents
             if row.run_after > now:
                 changes["run_after"] = now
         if changes:

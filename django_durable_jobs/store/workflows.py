@@ -34,7 +34,7 @@ from ..database.transactions import bounded_atomic, refuse_caller_transaction
 from ..models import Job, JobDependency, Workflow
 from ..observability import tracing
 from ..rules import quotas, validation
-from ..rules.errors import IdempotencyConflict, InputInvalid
+from ..rules.errors import IdempotencyConflict, InputInvalid, NotReclaimable
 from ..rules.graph import Graph
 from ..rules.validation import loads_strict
 from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus, UpstreamFailure
@@ -329,6 +329,50 @@ def release(client: Client, rows: Sequence[Job], now: datetime) -> None:
         notify_work(client.using, queue)
 
 
+def retrying(client: Client, row: Job) -> None:
+    """Prepare a workflow job's retry request, in the transaction that records it on ``row``.
+
+    ``row`` is locked and ended (failed or cancelled, no retry to come before). Refuses, with
+    ``NotReclaimable``, a job whose parents did not all complete: it would run before them
+    (retrying the workflow runs them in order). A parent that ended for good counts as done
+    for a child that runs after a failure (``on_upstream_failure="run"``).
+
+    When ``row`` itself ended for good, its waiting children counted it as ended (they run
+    after a failure); they wait for its new run now, or its completion would release them
+    before their other parents completed.
+    """
+    if row.workflow_id is None:
+        return
+    jobs = Job.objects.using(client.using)
+    for parent in jobs.filter(child_links__child_id=row.pk).order_by("pk"):
+        ended_for_good = parent.status in _NOT_COMPLETED and parent.retry_requested_at is None
+        if parent.status == JobStatus.COMPLETE or (
+            ended_for_good and row.on_upstream_failure == UpstreamFailure.RUN
+        ):
+            continue
+        name = f"{parent.node!r} " if parent.node else ""
+        raise NotReclaimable(
+            f"Job {row.pk} cannot run again yet: its upstream job {name}({parent.pk}) is "
+            f"{parent.status}. Complete it first, or retry the workflow, which runs them in "
+            f"order."
+        )
+    if row.status not in _NOT_COMPLETED:
+        return
+    children = list(
+        JobDependency.objects.using(client.using)
+        .filter(parent_id=row.pk)
+        .values_list("child_id", flat=True)
+    )
+    waiting = [
+        child.pk
+        for child in jobs.select_for_update()
+        .filter(pk__in=sorted(children, key=str), status=JobStatus.WAITING)
+        .order_by("pk")
+    ]
+    if waiting:
+        jobs.filter(pk__in=waiting, status=JobStatus.WAITING).update(waiting_on=F("waiting_on") + 1)
+
+
 def _upstream_reason(parent: Job) -> str:
     what = "failed" if parent.status == JobStatus.FAILED else f"was {parent.status}"
     name = f"{parent.node!r} " if parent.node else ""
@@ -348,7 +392,7 @@ def cancel(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
         now = client_room.now(client)
         workflow = _locked_workflow(client, workflow_id)
         rows = _locked_jobs(client, workflow.pk)
-        now_cancelled = [r for r in rows if r.status in _UNHELD]
+        now_cancelled = [r for r in rows if r.status in _UNHELD or _retry_to_come(r)]
         requested = [
             r for r in rows if r.status == JobStatus.RUNNING and r.cancellation_requested_at is None
         ]
@@ -385,6 +429,23 @@ def cancel(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
 _UNHELD = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.SLEEPING)
 
 
+def _retry_to_come(row: Job) -> bool:
+    """True for a failed or cancelled job due to run again (a retry policy's or a request)."""
+    return row.status in (JobStatus.FAILED, JobStatus.CANCELLED) and (
+        row.retry_requested_at is not None
+    )
+
+
+def _expired(row: Job, now: datetime) -> bool:
+    """True for a job whose owner's lease ran out with nobody to resume it yet."""
+    return (
+        row.status == JobStatus.RUNNING
+        and row.lease_expires_at is not None
+        and row.lease_expires_at <= now
+        and row.retry_requested_at is None
+    )
+
+
 def retry(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
     """Run again what did not complete: failed and cancelled jobs, never a completed one.
 
@@ -404,6 +465,13 @@ def retry(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
                 unfinished[child] += 1
         jobs = Job.objects.using(client.using)
         changed: dict[str, list[Any]] = {"retried": [], "pending": [], "waiting": []}
+        for pk, row in sorted(rows.items(), key=lambda item: str(item[0])):
+            if _expired(row, now):  # its owner is gone: a new attempt, like a retry request
+                jobs.filter(pk=pk, status=JobStatus.RUNNING).update(
+                    retry_requested_at=now, run_after=now
+                )
+                changed["retried"].append(pk)
+                notify_work(client.using, row.queue)
         for pk in sorted(again, key=str):
             row = rows[pk]
             waiting = unfinished[pk]

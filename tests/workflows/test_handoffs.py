@@ -24,7 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from django_durable_jobs import Workflow
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.models import Workflow as WorkflowRow
-from django_durable_jobs.rules.errors import InputInvalid, LeaseLost
+from django_durable_jobs.rules.errors import InputInvalid, LeaseLost, NotReclaimable
 from django_durable_jobs.rules.values import Outcome
 from django_durable_jobs.store.workflows import WorkflowNotFound
 from django_durable_jobs.worker.context import JobContext
@@ -456,3 +456,77 @@ def test_retry_recounts_a_waiting_child_that_heard_of_a_failure_it_runs_after(st
     store.complete(claim(store, jobs["slow"]), "slow")
     assert state(jobs["child"]) == ("pending", 0)
     assert store.upstream(jobs["child"].pk) == {"failing": "fixed", "slow": "slow"}
+
+
+def test_cancelling_a_workflow_stops_a_retry_its_policy_scheduled(store, clock):
+    wf = Workflow("wf.cancel_retry")
+    flaky = wf.job(FLAKY, {}, name="flaky")
+    wf.job(ECHO, {}, after=[flaky], name="child")
+    jobs = submit(store, wf)
+    store.fail(claim(store, jobs["flaky"]), "first attempt fails")
+    assert row(jobs["flaky"]).retry_requested_at is not None  # not ended for good
+    answer = store.workflows.cancel(jobs["flaky"].workflow_id)
+    assert set(answer.changed["cancelled"]) == {jobs["flaky"].pk, jobs["child"].pk}
+    clock.advance(60)
+    assert store.claim_next(limit=5, resume_expired=[]) == []
+    flaky_row = row(jobs["flaky"])
+    assert (flaky_row.status, flaky_row.retry_requested_at) == ("cancelled", None)
+    assert outcomes(jobs["flaky"]) == ["failed"]
+
+
+def test_a_retry_request_of_a_failed_parent_counts_it_again_for_a_waiting_child(store):
+    wf = Workflow("wf.request_retry")
+    failing = wf.job(FAIL, {}, name="failing")
+    slow = wf.job(ECHO, {}, name="slow")
+    wf.job(ECHO, {}, after=[failing, slow], name="child", on_upstream_failure="run")
+    jobs = submit(store, wf)
+    store.fail(claim(store, jobs["failing"]), "boom")
+    assert state(jobs["child"]) == ("waiting", 1)
+    assert store.request_retry(jobs["failing"].pk)
+    assert state(jobs["child"]) == ("waiting", 2)  # the failed parent is to come again
+    assert not store.request_retry(jobs["failing"].pk) or state(jobs["child"]) == ("waiting", 2)
+    [lease] = store.claim_next(limit=1, operations=[FAIL], resume_expired=[])
+    store.complete(lease, "fixed")
+    assert state(jobs["child"]) == ("waiting", 1)
+    store.complete(claim(store, jobs["slow"]), "slow")
+    assert state(jobs["child"]) == ("pending", 0)
+
+
+def test_retrying_a_workflow_retries_a_job_whose_lease_expired(store, rival, clock):
+    wf = Workflow("wf.expired")
+    lost = wf.job(ECHO, {}, name="lost")  # not resumable: an expired lease waits for a retry
+    wf.job(ECHO, {}, after=[lost], name="child")
+    jobs = submit(store, wf)
+    claim(store, jobs["lost"])
+    clock.advance(LEASE + 1)
+    assert rival.claim_next(limit=5) == []
+    answer = store.workflows.retry(jobs["lost"].workflow_id)
+    assert answer.changed["retried"] == [jobs["lost"].pk]
+    [lease] = rival.claim_next(limit=5)
+    assert lease.job_id == jobs["lost"].pk
+    rival.complete(lease, "ok")
+    assert state(jobs["child"]) == ("pending", 0)
+    assert outcomes(jobs["lost"]) == ["interrupted", "complete"]
+
+
+def test_a_retry_request_cannot_run_a_job_before_its_parents_completed(store):
+    jobs = chain_of_three(store, "wf.early")
+    assert store.request_cancel(jobs["b"].pk)  # waiting: cancelled at once, never ran
+    error = assert_refused(
+        NotReclaimable, "E_JOB_NOT_RECLAIMABLE", lambda: store.request_retry(jobs["b"].pk)
+    )
+    assert "'a'" in error.message and "retry the workflow" in error.message
+    assert store.claim_next(limit=5, operations=[ECHO], resume_expired=[]) != []  # a, free
+    assert row(jobs["b"]).status == "cancelled"
+
+
+def test_a_retry_request_of_a_job_that_ran_after_a_failure_is_accepted(store):
+    wf = Workflow("wf.ran_after")
+    failing = wf.job(FAIL, {}, name="failing")
+    wf.job(FAIL, {}, after=[failing], name="child", on_upstream_failure="run")
+    jobs = submit(store, wf)
+    store.fail(claim(store, jobs["failing"]), "boom")
+    store.fail(claim(store, jobs["child"]), "child boom")
+    assert store.request_retry(jobs["child"].pk)
+    [lease] = store.claim_next(limit=5, resume_expired=[])
+    assert lease.job_id == jobs["child"].pk

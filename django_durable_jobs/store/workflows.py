@@ -201,7 +201,10 @@ def get(client: Client, workflow_id: Any) -> Workflow | None:
 
 def jobs_of(client: Client, workflow_id: Any) -> list[Job]:
     """Return the jobs of a workflow in the order they were declared."""
-    rows = list(Job.objects.using(client.using).filter(workflow_id=workflow_id))
+    found = Job.objects.using(client.using).filter(workflow_id=workflow_id)
+    if client.scope is not None:
+        found = found.filter(scope=client.scope)
+    rows = list(found)
     rows.sort(key=lambda job: int(job.idempotency_key.rsplit(":", 1)[1]))
     now = client_room.now(client)
     for row in rows:
@@ -211,22 +214,25 @@ def jobs_of(client: Client, workflow_id: Any) -> list[Job]:
 
 def edges_of(client: Client, workflow_id: Any) -> list[tuple[Any, Any]]:
     """Return the (parent id, child id) pairs of a workflow."""
-    return list(
-        JobDependency.objects.using(client.using)
-        .filter(workflow_id=workflow_id)
-        .order_by("id")
-        .values_list("parent_id", "child_id")
-    )
+    found = JobDependency.objects.using(client.using).filter(workflow_id=workflow_id)
+    if client.scope is not None:
+        found = found.filter(workflow__scope=client.scope)
+    return list(found.order_by("id").values_list("parent_id", "child_id"))
 
 
 def upstream(client: Client, job_id: Any) -> dict[str, Any]:
-    """Return the results of a job's parents, keyed by each parent's name (or id)."""
+    """Return the results of a job's parents, keyed by each parent's name (or id).
+
+    A scoped client reads only its scope's jobs: another scope's job has no parents here.
+    """
     parents = (
         Job.objects.using(client.using)
         .filter(child_links__child_id=job_id)
         .only("id", "node", "result", "status")
         .order_by()
     )
+    if client.scope is not None:
+        parents = parents.filter(scope=client.scope)
     found: dict[str, Any] = {}
     for parent in parents:
         value = None

@@ -286,3 +286,40 @@ def test_concurrent_submitters_of_one_key_make_one_workflow(db_settings_env):
     assert len({tuple(a["jobs"]) for a in answers}) == 1
     assert WorkflowRow.objects.count() == 1
     assert Job.objects.count() == 21 and JobDependency.objects.count() == 20
+
+
+# -- scopes --------------------------------------------------------------------------------------
+
+
+def test_a_scoped_store_submits_in_its_scope_and_sees_only_its_workflows(clock):
+    from django_durable_jobs.rules.errors import ScopeMismatch
+    from django_durable_jobs.store import DurableJobStore
+
+    mine = DurableJobStore(scope="tenant-a", clock=clock)
+    theirs = DurableJobStore(scope="tenant-b", clock=clock)
+    submitted = mine.workflows.submit(diamond().graph(), idempotency_key="k")
+    assert submitted.workflow.scope == "tenant-a"
+    assert {job.scope for job in Job.objects.all()} == {"tenant-a"}
+    refused_naming(
+        ScopeMismatch,
+        "E_JOB_SCOPE_MISMATCH",
+        "'tenant-b'",
+        lambda: mine.workflows.submit(diamond().graph(), scope="tenant-b"),
+    )
+    # The same key in another scope is another workflow.
+    other = theirs.workflows.submit(diamond().graph(), idempotency_key="k")
+    assert other.created and other.workflow.pk != submitted.workflow.pk
+
+    wid = submitted.workflow.pk
+    assert theirs.workflows.get(wid) is None
+    assert theirs.workflows.jobs(wid) == [] and theirs.workflows.edges(wid) == []
+    merge = submitted.jobs[-1]
+    top = submitted.jobs[0]
+    [lease] = mine.claim_next(limit=1, resume_expired=[])
+    assert lease.job_id == top.pk
+    mine.complete(lease, "secret")
+    left = submitted.jobs[1]
+    assert mine.upstream(left.pk) == {"top": "secret"}
+    assert theirs.upstream(left.pk) == {}
+    assert len(mine.workflows.jobs(wid)) == 4 and len(mine.workflows.edges(wid)) == 4
+    assert merge.scope == "tenant-a"

@@ -540,12 +540,13 @@ def state_of(jobs: Sequence[Job]) -> str:
     """Return a workflow's state, from its jobs' statuses.
 
     ``complete`` when all completed; ``failed`` when one failed for good or was cancelled and
-    nothing is left to run; ``running`` while any job runs, waits, sleeps or is pending.
+    nothing is left to run; ``running`` while any job runs, waits, sleeps, is pending or has
+    a retry to come.
     """
     statuses = {job.status for job in jobs}
     if statuses <= {JobStatus.COMPLETE}:
         return "complete"
-    if not statuses <= set(TERMINAL_STATUSES):
+    if not statuses <= set(TERMINAL_STATUSES) or any(_retry_to_come(job) for job in jobs):
         return "running"
     if JobStatus.FAILED in statuses or JobStatus.ORPHANED in statuses:
         return "failed"

@@ -530,3 +530,42 @@ def test_a_retry_request_of_a_job_that_ran_after_a_failure_is_accepted(store):
     assert store.request_retry(jobs["child"].pk)
     [lease] = store.claim_next(limit=5, resume_expired=[])
     assert lease.job_id == jobs["child"].pk
+
+
+def test_a_workflows_state_follows_its_jobs(store):
+    from django_durable_jobs.store.workflows import state_of
+
+    wf = Workflow("wf.state")
+    flaky = wf.job(FLAKY, {}, name="flaky")
+    wf.job(ECHO, {}, after=[flaky], name="child")
+    jobs = submit(store, wf)
+    wid = jobs["flaky"].workflow_id
+
+    def now() -> str:
+        return state_of(store.workflows.jobs(wid))
+
+    assert now() == "running"
+    store.fail(claim(store, jobs["flaky"]), "one")
+    assert now() == "running"  # a retry is to come
+    store.workflows.cancel(wid)
+    assert now() == "cancelled"
+    store.workflows.retry(wid)
+    assert now() == "running"
+    [lease] = store.claim_next(limit=1, operations=[FLAKY], resume_expired=[])
+    store.fail(lease, "two")  # its policy's last attempt
+    assert now() == "failed"
+    store.workflows.retry(wid)
+    [lease] = store.claim_next(limit=1, operations=[FLAKY], resume_expired=[])
+    store.complete(lease, "ok")
+    store.complete(claim(store, jobs["child"]), "ok")
+    assert now() == "complete"
+
+
+def test_a_workflow_whose_last_job_will_be_retried_is_still_running(store):
+    from django_durable_jobs.store.workflows import state_of
+
+    wf = Workflow("wf.state_one")
+    wf.job(FLAKY, {}, name="flaky")
+    jobs = submit(store, wf)
+    store.fail(claim(store, jobs["flaky"]), "one")
+    assert state_of(store.workflows.jobs(jobs["flaky"].workflow_id)) == "running"

@@ -19,22 +19,24 @@ Releasing costs a few statements per transaction, whatever the number of childre
 
 from __future__ import annotations
 
+import random
+import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
-from ..database.dbvendor import notify_work
+from ..database.dbvendor import is_lock_timeout, notify_work
 from ..database.transactions import bounded_atomic, refuse_caller_transaction
 from ..models import Job, JobDependency, Workflow
 from ..observability import tracing
 from ..rules import quotas, validation
-from ..rules.errors import IdempotencyConflict, InputInvalid, NotReclaimable
+from ..rules.errors import DeadlineExceeded, IdempotencyConflict, InputInvalid, NotReclaimable
 from ..rules.graph import Graph
 from ..rules.validation import loads_strict
 from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus, UpstreamFailure
@@ -42,6 +44,7 @@ from . import capacity
 from . import client as client_room
 from .client import Client, require_caller_transaction, resolve_scope
 
+T = TypeVar("T")
 CANCELLED_WITH_WORKFLOW = "Cancelled with its workflow{by}."
 # Ended for good: what a waiting child hears from a parent that will not complete.
 _NOT_COMPLETED = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED)
@@ -394,35 +397,38 @@ def cancel(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
     Jobs nobody holds (pending, waiting, sleeping) are cancelled at once; running ones get a
     cancellation request their owners carry out. Ended jobs keep their outcome.
     """
-    with bounded_atomic(client.using):
-        now = client_room.now(client)
-        workflow = _locked_workflow(client, workflow_id)
-        rows = _locked_jobs(client, workflow.pk)
-        now_cancelled = [r for r in rows if r.status in _UNHELD or _retry_to_come(r)]
-        requested = [
-            r for r in rows if r.status == JobStatus.RUNNING and r.cancellation_requested_at is None
-        ]
-        reason = CANCELLED_WITH_WORKFLOW.format(by=f" by {by}" if by else "")
-        jobs = Job.objects.using(client.using)
-        for row in now_cancelled:
-            jobs.filter(pk=row.pk, status=row.status).update(
-                status=JobStatus.CANCELLED,
-                completed_at=now,
-                cancellation_requested_at=now,
-                error=reason,
-                owner_id=None,
-                lease_expires_at=None,
-                retry_requested_at=None,  # a sleeping job must not wake up
-            )
-            row.status = JobStatus.CANCELLED
-        if requested:
-            jobs.filter(pk__in=[r.pk for r in requested], status=JobStatus.RUNNING).update(
-                cancellation_requested_at=now
-            )
-        Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
-            cancel_requested_at=now, requested_by=by
+    return _without_waiting(client, lambda: _cancel(client, workflow_id, by))
+
+
+def _cancel(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
+    now = client_room.now(client)
+    workflow = _locked_workflow(client, workflow_id)
+    rows = _locked_jobs(client, workflow.pk)
+    now_cancelled = [r for r in rows if r.status in _UNHELD or _retry_to_come(r)]
+    requested = [
+        r for r in rows if r.status == JobStatus.RUNNING and r.cancellation_requested_at is None
+    ]
+    reason = CANCELLED_WITH_WORKFLOW.format(by=f" by {by}" if by else "")
+    jobs = Job.objects.using(client.using)
+    for row in now_cancelled:
+        jobs.filter(pk=row.pk, status=row.status).update(
+            status=JobStatus.CANCELLED,
+            completed_at=now,
+            cancellation_requested_at=now,
+            error=reason,
+            owner_id=None,
+            lease_expires_at=None,
+            retry_requested_at=None,  # a sleeping job must not wake up
         )
-        workflow.cancel_requested_at, workflow.requested_by = now, by
+        row.status = JobStatus.CANCELLED
+    if requested:
+        jobs.filter(pk__in=[r.pk for r in requested], status=JobStatus.RUNNING).update(
+            cancellation_requested_at=now
+        )
+    Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
+        cancel_requested_at=now, requested_by=by
+    )
+    workflow.cancel_requested_at, workflow.requested_by = now, by
     return WorkflowAnswer(
         workflow,
         {
@@ -458,62 +464,96 @@ def retry(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
     A job whose parents all completed is due at once (a retry request when it ran before);
     one with a parent to be run again waits for it, as at submit.
     """
-    with bounded_atomic(client.using):
-        now = client_room.now(client)
-        workflow = _locked_workflow(client, workflow_id)
-        rows = {row.pk: row for row in _locked_jobs(client, workflow.pk)}
-        again = {
-            pk for pk, row in rows.items() if row.status in (JobStatus.FAILED, JobStatus.CANCELLED)
-        }
-        unfinished: Counter = Counter()
-        for parent, child in edges_of(client, workflow.pk):
-            if rows[parent].status != JobStatus.COMPLETE:
-                unfinished[child] += 1
-        jobs = Job.objects.using(client.using)
-        changed: dict[str, list[Any]] = {"retried": [], "pending": [], "waiting": []}
-        for pk, row in sorted(rows.items(), key=lambda item: str(item[0])):
-            if _expired(row, now):  # its owner is gone: a new attempt, like a retry request
-                jobs.filter(pk=pk, status=JobStatus.RUNNING).update(
-                    retry_requested_at=now, run_after=now
-                )
-                changed["retried"].append(pk)
-                notify_work(client.using, row.queue)
-        for pk in sorted(again, key=str):
-            row = rows[pk]
-            waiting = unfinished[pk]
-            reset: dict[str, Any] = {
-                "completed_at": None,
-                "cancellation_requested_at": None,
-                "waiting_on": waiting,
-            }
-            if waiting:
-                reset.update(
-                    status=JobStatus.WAITING,
-                    error=None,
-                    released_at=None,
-                    owner_id=None,
-                    lease_expires_at=None,
-                    retry_requested_at=None,
-                )
-                changed["waiting"].append(pk)
-            elif row.attempts == 0:
-                reset.update(status=JobStatus.PENDING, error=None, released_at=now, run_after=now)
-                changed["pending"].append(pk)
-            else:
-                reset.update(retry_requested_at=now, run_after=now)
-                changed["retried"].append(pk)
-            jobs.filter(pk=pk, status=row.status).update(**reset)
+    return _without_waiting(client, lambda: _retry(client, workflow_id, by))
+
+
+def _retry(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
+    now = client_room.now(client)
+    workflow = _locked_workflow(client, workflow_id)
+    rows = {row.pk: row for row in _locked_jobs(client, workflow.pk)}
+    again = {
+        pk for pk, row in rows.items() if row.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+    }
+    unfinished: Counter = Counter()
+    for parent, child in edges_of(client, workflow.pk):
+        if rows[parent].status != JobStatus.COMPLETE:
+            unfinished[child] += 1
+    jobs = Job.objects.using(client.using)
+    changed: dict[str, list[Any]] = {"retried": [], "pending": [], "waiting": []}
+    for pk, row in sorted(rows.items(), key=lambda item: str(item[0])):
+        if _expired(row, now):  # its owner is gone: a new attempt, like a retry request
+            jobs.filter(pk=pk, status=JobStatus.RUNNING).update(
+                retry_requested_at=now, run_after=now
+            )
+            changed["retried"].append(pk)
             notify_work(client.using, row.queue)
-        # A waiting child that runs after a failure ("run") counted that parent as done; the
-        # parent runs again now, so its completion must find it still counted.
-        for pk, row in rows.items():
-            if row.status == JobStatus.WAITING and row.waiting_on != unfinished[pk]:
-                jobs.filter(pk=pk, status=JobStatus.WAITING).update(waiting_on=unfinished[pk])
-        Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
-            retry_requested_at=now, requested_by=by
-        )
-        workflow.retry_requested_at, workflow.requested_by = now, by
+    for pk in sorted(again, key=str):
+        row = rows[pk]
+        waiting = unfinished[pk]
+        reset: dict[str, Any] = {
+            "completed_at": None,
+            "cancellation_requested_at": None,
+            "waiting_on": waiting,
+        }
+        if waiting:
+            reset.update(
+                status=JobStatus.WAITING,
+                error=None,
+                released_at=None,
+                owner_id=None,
+                lease_expires_at=None,
+                retry_requested_at=None,
+            )
+            changed["waiting"].append(pk)
+        elif row.attempts == 0:
+            reset.update(status=JobStatus.PENDING, error=None, released_at=now, run_after=now)
+            changed["pending"].append(pk)
+        else:
+            reset.update(retry_requested_at=now, run_after=now)
+            changed["retried"].append(pk)
+        jobs.filter(pk=pk, status=row.status).update(**reset)
+        notify_work(client.using, row.queue)
+    # A waiting child that runs after a failure ("run") counted that parent as done; the
+    # parent runs again now, so its completion must find it still counted.
+    for pk, row in rows.items():
+        if row.status == JobStatus.WAITING and row.waiting_on != unfinished[pk]:
+            jobs.filter(pk=pk, status=JobStatus.WAITING).update(waiting_on=unfinished[pk])
+    Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
+        retry_requested_at=now, requested_by=by
+    )
+    workflow.retry_requested_at, workflow.requested_by = now, by
     return WorkflowAnswer(workflow, changed)
+
+
+# How long cancel and retry try again while workers hold some of a workflow's jobs.
+LOCKED_JOBS_SECONDS = 10.0
+
+
+def _without_waiting(client: Client, work: Callable[[], T]) -> T:
+    """Return ``work()`` run in a transaction of its own, tried again while rows are held.
+
+    ``work`` locks every job of a workflow (in id order) without waiting for one. A worker's
+    completion locks its job first and then that job's children, whose ids may be smaller:
+    had this transaction waited for the parent while holding such a child, each would wait
+    for the other (a deadlock). It rolls back instead, having written nothing, and tries again
+    a moment later, until ``LOCKED_JOBS_SECONDS`` have passed (``DeadlineExceeded``).
+    """
+    deadline = time.monotonic() + LOCKED_JOBS_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            with bounded_atomic(client.using):
+                return work()
+        except DatabaseError as exc:
+            if not is_lock_timeout(connections[client.using], exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded(
+                    f"Workers kept some of the workflow's jobs locked for "
+                    f"{LOCKED_JOBS_SECONDS:g} s; nothing was written. Try again."
+                ) from exc
+        time.sleep(pause * (1 + random.random()))
+        pause = min(pause * 2, 0.1)
 
 
 def _locked_workflow(client: Client, workflow_id: Any) -> Workflow:
@@ -528,9 +568,10 @@ def _locked_workflow(client: Client, workflow_id: Any) -> Workflow:
 
 
 def _locked_jobs(client: Client, workflow_id: Any) -> list[Job]:
+    """Lock every job of the workflow without waiting (see :func:`_without_waiting`)."""
     return list(
         Job.objects.using(client.using)
-        .select_for_update()
+        .select_for_update(nowait=True)
         .filter(workflow_id=workflow_id)
         .order_by("pk")
     )

@@ -569,3 +569,120 @@ def test_a_workflow_whose_last_job_will_be_retried_is_still_running(store):
     jobs = submit(store, wf)
     store.fail(claim(store, jobs["flaky"]), "one")
     assert state_of(store.workflows.jobs(jobs["flaky"].workflow_id)) == "running"
+
+
+# -- lock order ----------------------------------------------------------------------------------
+
+
+def test_cancelling_a_workflow_never_deadlocks_with_a_completion_releasing_a_child(store, clock):
+    # A completion locks the parent, then its children (hand_off). A workflow cancel that
+    # locked every job in id order would hold a child with a smaller id while waiting for the
+    # parent: each would wait for the other. Here a transaction plays the completion's part.
+    import threading
+    import time
+
+    from django.db import transaction
+
+    for attempt in range(50):
+        wf = Workflow("wf.locks", idempotency_key=f"locks-{attempt}")
+        parent = wf.job(ECHO, {}, name="parent")
+        for i in range(6):
+            wf.job(ECHO, {}, after=[parent], name=f"c{i}")
+        jobs = submit(store, wf)
+        lower = [j for n, j in jobs.items() if n != "parent" and str(j.pk) < str(jobs["parent"].pk)]
+        if lower:
+            break
+    child = lower[0]
+    lease = claim(store, jobs["parent"])
+    locked_parent, go_on = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def completion() -> None:
+        from django.db import connection
+
+        try:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(pk=jobs["parent"].pk)
+                locked_parent.set()
+                go_on.wait(10)
+                Job.objects.select_for_update().get(pk=child.pk)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            locked_parent.set()
+            connection.close()
+
+    answers = []
+
+    def cancel() -> None:
+        from django.db import connection
+
+        try:
+            answers.append(store.workflows.cancel(jobs["parent"].workflow_id))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=completion)
+    holder.start()
+    assert locked_parent.wait(10)
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    time.sleep(0.5)  # let the cancel reach the parent's lock
+    go_on.set()
+    holder.join(30)
+    canceller.join(30)
+    assert not failures, failures
+    assert not holder.is_alive() and not canceller.is_alive()
+    [answer] = answers
+    assert answer.changed["requested"] == [jobs["parent"].pk]
+    assert row(child).status == "cancelled"
+    store.cancel(lease)
+
+
+def test_a_cancel_that_cannot_lock_the_jobs_in_time_is_refused_writing_nothing(store, monkeypatch):
+    # Row locks (PostgreSQL, MariaDB): the cancel never waits for a row; it tries again until
+    # LOCKED_JOBS_SECONDS passed. SQLite locks the whole database: the cancel waits its turn.
+    import threading
+
+    from django.db import connection, transaction
+
+    from django_durable_jobs.rules.errors import DeadlineExceeded
+    from django_durable_jobs.store import workflows as workflow_room
+
+    monkeypatch.setattr(workflow_room, "LOCKED_JOBS_SECONDS", 0.3)
+    jobs = chain_of_three(store, "wf.held")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        from django.db import connection as own
+
+        try:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(pk=jobs["a"].pk)
+                locked.set()
+                release.wait(2 if own.vendor == "sqlite" else 30)
+        finally:
+            locked.set()
+            own.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert locked.wait(10)
+    try:
+        if connection.vendor == "sqlite":
+            answer = store.workflows.cancel(jobs["a"].workflow_id)  # after the holder's commit
+            assert len(answer.changed["cancelled"]) == 4
+        else:
+            before = db_state()
+            with pytest.raises(DeadlineExceeded) as caught:
+                store.workflows.cancel(jobs["a"].workflow_id)
+            assert caught.value.code == "E_JOB_DEADLINE_EXCEEDED"
+            assert "nothing was written" in caught.value.message
+            assert db_state() == before
+    finally:
+        release.set()
+        holder.join(30)
+    answer = store.workflows.cancel(jobs["a"].workflow_id)
+    assert {row(j).status for j in jobs.values()} == {"cancelled"}

@@ -686,3 +686,40 @@ def test_a_cancel_that_cannot_lock_the_jobs_in_time_is_refused_writing_nothing(s
         holder.join(30)
     answer = store.workflows.cancel(jobs["a"].workflow_id)
     assert {row(j).status for j in jobs.values()} == {"cancelled"}
+
+
+def test_parents_completing_at_once_in_separate_transactions_release_their_child_once(store):
+    import threading
+
+    wf = Workflow("wf.race")
+    parents = [wf.job(ECHO, {"i": i}, name=f"p{i}") for i in range(8)]
+    wf.job(ECHO, {}, after=parents, name="merge")
+    wf.job(ECHO, {}, after=parents[:4], name="half")
+    jobs = submit(store, wf)
+    leases = {c.job_id: c.lease for c in store.claim_batch(limit=10, resume_expired=[])}
+    start = threading.Barrier(len(leases))
+    failures: list[BaseException] = []
+
+    def complete(lease) -> None:
+        from django.db import connection
+
+        try:
+            start.wait(10)
+            store.complete(lease, str(lease.job_id))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=complete, args=(lease,)) for lease in leases.values()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    for name in ("merge", "half"):
+        child = row(jobs[name])
+        assert (child.status, child.waiting_on) == ("pending", 0)
+        assert child.released_at is not None
+    upstream = store.upstream(jobs["merge"].pk)
+    assert upstream == {f"p{i}": str(jobs[f"p{i}"].pk) for i in range(8)}

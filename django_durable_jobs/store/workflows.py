@@ -332,7 +332,7 @@ def release(client: Client, rows: Sequence[Job], now: datetime) -> None:
         )
     if rerun:  # a retried workflow's job that ran before: claimed like a retry request
         jobs.filter(pk__in=rerun, status=JobStatus.WAITING).update(
-            status=JobStatus.SLEEPING, retry_requested_at=now, **common
+            status=JobStatus.SLEEPING, retry_requested_at=now, sleep_until=None, **common
         )
     for queue in sorted({row.queue for row in rows}):
         notify_work(client.using, queue)

@@ -396,14 +396,18 @@ def test_retrying_a_workflow_reruns_what_failed_and_re_releases_what_waits(store
     assert store.workflows.retry(jobs["a"].workflow_id).count == 0  # nothing left to retry
 
 
-def test_a_retried_job_that_ran_before_waits_again_then_runs_as_a_retry(store):
+def test_a_retried_job_that_ran_before_waits_again_then_runs_as_a_retry(store, clock):
     wf = Workflow("wf.rerun")
     a = wf.job(FAIL, {}, name="a")
     wf.job(FAIL, {}, after=[a], name="b", on_upstream_failure="run")
     jobs = submit(store, wf)
     store.fail(claim(store, jobs["a"]), "a failed")
     assert state(jobs["b"]) == ("pending", 0)  # ran anyway
-    store.fail(claim(store, jobs["b"]), "b failed")
+    store.sleep(claim(store, jobs["b"]), 1)  # b slept once before it failed
+    clock.advance(1)
+    [lease] = store.claim_next(limit=5, resume_expired=[])
+    assert row(jobs["b"]).sleep_until is not None
+    store.fail(lease, "b failed")
 
     answer = store.workflows.retry(jobs["a"].workflow_id)
     assert answer.changed["retried"] == [jobs["a"].pk]
@@ -413,11 +417,12 @@ def test_a_retried_job_that_ran_before_waits_again_then_runs_as_a_retry(store):
     [lease] = store.claim_next(limit=5, resume_expired=[])
     assert lease.job_id == jobs["a"].pk  # b waits: not claimable
     store.complete(lease, "a")
-    assert row(jobs["b"]).status == "sleeping"  # due again, as a retry
+    b = row(jobs["b"])
+    assert (b.status, b.sleep_until, b.run_after) == ("sleeping", None, clock())  # due now
     [lease] = store.claim_next(limit=5, resume_expired=[])
     assert lease.job_id == jobs["b"].pk and row(jobs["b"]).attempts == 2
     store.complete(lease, "b")
-    assert outcomes(jobs["b"]) == ["failed", "complete"]
+    assert outcomes(jobs["b"]) == ["slept", "failed", "complete"]
     assert outcomes(jobs["a"]) == ["failed", "complete"]
 
 

@@ -323,3 +323,16 @@ def test_a_scoped_store_submits_in_its_scope_and_sees_only_its_workflows(clock):
     assert theirs.upstream(left.pk) == {}
     assert len(mine.workflows.jobs(wid)) == 4 and len(mine.workflows.edges(wid)) == 4
     assert merge.scope == "tenant-a"
+
+
+def test_the_handle_finds_jobs_by_node_name_or_place_and_reads_them_again():
+    wf = Workflow("wf.handle")
+    top = wf.job(ECHO, {}, name="top")
+    leaf = wf.job(ECHO, {}, after=[top])
+    handle = wf.submit()
+    assert handle.job(top).node == "top" and handle.job("top").pk == handle.job(0).pk
+    assert handle.job(leaf).pk == handle.jobs[1].pk == handle.final_job.pk
+    with pytest.raises(KeyError):
+        handle.job("nobody")
+    Job.objects.filter(pk=handle.job(top).pk).update(status="complete")
+    assert handle.refresh().job("top").status == "complete"

@@ -12,7 +12,10 @@
   once the second waits for the first's lock and sees its count. A parent that failed for good
   or was cancelled cancels its waiting children (``on_upstream_failure="cancel"``) and theirs,
   or counts as ended for them (``"run"``).
-* :func:`cancel` and :func:`retry` act on every job of a workflow at once.
+* :func:`cancel` and :func:`retry` act on every job of a workflow at once. They lock its jobs
+  without waiting for any (a completion holds a parent while it locks the children) and try
+  again shortly when one is held, so they never deadlock with a hand-off.
+* :func:`retrying` checks a single job's retry request: not before its parents completed.
 
 Releasing costs a few statements per transaction, whatever the number of children.
 """
@@ -341,7 +344,8 @@ def release(client: Client, rows: Sequence[Job], now: datetime) -> None:
 def retrying(client: Client, row: Job) -> None:
     """Prepare a workflow job's retry request, in the transaction that records it on ``row``.
 
-    ``row`` is locked and ended (failed or cancelled, no retry to come before). Refuses, with
+    ``row`` is locked, with no retry to come before: ended, or running under an expired lease
+    (whose children still wait for it, counting nothing to undo). Refuses, with
     ``NotReclaimable``, a job whose parents did not all complete: it would run before them
     (retrying the workflow runs them in order). A parent that ended for good counts as done
     for a child that runs after a failure (``on_upstream_failure="run"``).

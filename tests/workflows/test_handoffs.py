@@ -84,8 +84,7 @@ def test_a_diamond_releases_its_merge_only_when_both_sides_completed(store, cloc
     store.complete(left, {"n": 1})
     merge = row(jobs["merge"])
     assert (merge.status, merge.waiting_on, merge.released_at) == ("waiting", 1, None)
-    with pytest.raises(Exception):  # noqa: B017,PT011 - not claimable, whatever it says
-        store.claim(jobs["merge"].pk)
+    assert_refused(NotReclaimable, "E_JOB_NOT_RECLAIMABLE", lambda: store.claim(jobs["merge"].pk))
     assert store.claim_next(limit=5, resume_expired=[]) == []
 
     clock.advance(1)

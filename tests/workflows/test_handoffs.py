@@ -20,9 +20,11 @@ import json
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from django_durable_jobs import Workflow
-from django_durable_jobs.models import Job, JobAttempt
+from django_durable_jobs.models import Job, JobAttempt, JobDependency
 from django_durable_jobs.models import Workflow as WorkflowRow
 from django_durable_jobs.rules.errors import InputInvalid, LeaseLost, NotReclaimable
 from django_durable_jobs.rules.values import Outcome
@@ -727,3 +729,70 @@ def test_parents_completing_at_once_in_separate_transactions_release_their_child
         assert child.released_at is not None
     upstream = store.upstream(jobs["merge"].pk)
     assert upstream == {f"p{i}": str(jobs[f"p{i}"].pk) for i in range(8)}
+
+
+# -- any graph, any order ----------------------------------------------------------------------
+
+
+@st.composite
+def graphs_and_orders(draw):
+    """A random DAG (parents are earlier nodes) and a seed for the order of completions."""
+    size = draw(st.integers(min_value=1, max_value=9))
+    parents = [
+        sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else [] for i in range(size)
+    ]
+    return parents, draw(st.randoms(use_true_random=False))
+
+
+def check_counts(workflow_id) -> None:
+    """Every waiting job counts its parents not yet complete; every other one has none left."""
+    jobs = {job.pk: job for job in Job.objects.filter(workflow_id=workflow_id)}
+    edges = JobDependency.objects.filter(workflow_id=workflow_id).values_list(
+        "parent_id", "child_id"
+    )
+    open_parents = {pk: 0 for pk in jobs}
+    for parent, child in edges:
+        if jobs[parent].status != "complete":
+            open_parents[child] += 1
+    for pk, job in jobs.items():
+        if job.status == "waiting":
+            assert job.waiting_on == open_parents[pk] > 0, (job.node, job.waiting_on)
+            assert job.released_at is None
+        else:
+            assert open_parents[pk] == 0, f"{job.node} is {job.status} before its parents completed"
+            assert job.released_at is not None
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(graphs_and_orders())
+def test_any_graph_completed_in_any_order_and_batching_releases_each_job_once(store, case):
+    parents, rnd = case
+    wf = Workflow("wf.any")
+    nodes = []
+    for i, ps in enumerate(parents):
+        nodes.append(wf.job(ECHO, {"i": i}, name=f"n{i}", after=[nodes[p] for p in ps]))
+    submitted = store.workflows.submit(wf.graph())
+    workflow_id = submitted.workflow.pk
+    check_counts(workflow_id)
+    done = 0
+    while done < len(parents):
+        claimed = store.claim_batch(limit=50, resume_expired=[])
+        assert claimed, "nothing claimable while jobs wait"
+        assert {c.job.workflow_id for c in claimed} == {workflow_id}
+        rnd.shuffle(claimed)
+        while claimed:
+            cut = rnd.randint(1, len(claimed))
+            batch, claimed = claimed[:cut], claimed[cut:]
+            outcomes = [Outcome.completed(c.lease, json.dumps(c.job.node)) for c in batch]
+            assert {r.status for r in store.record_outcomes(outcomes)} == {"complete"}
+            done += len(batch)
+            check_counts(workflow_id)
+    attempts = JobAttempt.objects.filter(job__workflow_id=workflow_id)
+    assert sorted(attempts.values_list("outcome", flat=True)) == ["complete"] * len(parents)
+    for i, ps in enumerate(parents):
+        job = submitted.jobs[i]
+        assert store.upstream(job.pk) == {f"n{p}": f"n{p}" for p in ps}

@@ -796,3 +796,76 @@ def test_any_graph_completed_in_any_order_and_batching_releases_each_job_once(st
     for i, ps in enumerate(parents):
         job = submitted.jobs[i]
         assert store.upstream(job.pk) == {f"n{p}": f"n{p}" for p in ps}
+
+
+@st.composite
+def graphs_with_failures(draw):
+    """A random DAG whose jobs may fail, each child cancelled or run after a failed parent."""
+    parents, rnd = draw(graphs_and_orders())
+    fails = [draw(st.booleans()) for _ in parents]
+    runs = [draw(st.booleans()) for _ in parents]
+    return parents, fails, runs, rnd
+
+
+def check_hand_offs(workflow_id) -> None:
+    """Waiting jobs count what they wait for; released ones waited for all; cancelled had cause."""
+    jobs = {job.pk: job for job in Job.objects.filter(workflow_id=workflow_id)}
+    edges = JobDependency.objects.filter(workflow_id=workflow_id).values_list(
+        "parent_id", "child_id"
+    )
+    parents_of: dict = {pk: [] for pk in jobs}
+    for parent, child in edges:
+        parents_of[child].append(jobs[parent])
+    for pk, job in jobs.items():
+        runs = job.on_upstream_failure == "run"
+        done = [
+            p.status == "complete" or (runs and p.status in ("failed", "cancelled"))
+            for p in parents_of[pk]
+        ]
+        if job.status == "waiting":
+            assert job.waiting_on == done.count(False) > 0, job.node
+            assert runs or not any(p.status in ("failed", "cancelled") for p in parents_of[pk])
+        elif job.status == "cancelled":
+            assert not runs and any(p.status in ("failed", "cancelled") for p in parents_of[pk])
+            assert not JobAttempt.objects.filter(job_id=pk).exists(), job.node
+        else:
+            assert all(done), f"{job.node} is {job.status} before its parents ended"
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(graphs_with_failures())
+def test_any_graph_with_failures_cancels_or_runs_each_descendant_as_it_says(store, case):
+    parents, fails, runs, rnd = case
+    wf = Workflow("wf.any_failing")
+    nodes = []
+    for i, ps in enumerate(parents):
+        nodes.append(
+            wf.job(
+                FAIL if fails[i] else ECHO,
+                {"i": i},
+                name=f"n{i}",
+                after=[nodes[p] for p in ps],
+                on_upstream_failure="run" if runs[i] else "cancel",
+            )
+        )
+    workflow_id = store.workflows.submit(wf.graph()).workflow.pk
+    check_hand_offs(workflow_id)
+    while claimed := store.claim_batch(limit=50, resume_expired=[]):
+        rnd.shuffle(claimed)
+        while claimed:
+            cut = rnd.randint(1, len(claimed))
+            batch, claimed = claimed[:cut], claimed[cut:]
+            outcomes = [
+                Outcome.failed(c.lease, "boom")
+                if c.job.operation == FAIL
+                else Outcome.completed(c.lease, "1")
+                for c in batch
+            ]
+            store.record_outcomes(outcomes)
+            check_hand_offs(workflow_id)
+    statuses = set(Job.objects.filter(workflow_id=workflow_id).values_list("status", flat=True))
+    assert statuses <= {"complete", "failed", "cancelled"}, statuses

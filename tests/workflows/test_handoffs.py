@@ -16,6 +16,7 @@ failed or was cancelled and re-releases what waits on it, never a completed job.
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from django.db import connection
@@ -736,12 +737,22 @@ def test_parents_completing_at_once_in_separate_transactions_release_their_child
 
 @st.composite
 def graphs_and_orders(draw):
-    """A random DAG (parents are earlier nodes) and a seed for the order of completions."""
+    """A random DAG (parents are earlier nodes) and a seeded order of completions.
+
+    A ``random.Random`` of a drawn seed, not ``st.randoms()``: how many numbers a run draws
+    depends on the database (which jobs a batch released), and Hypothesis wants each example
+    to draw the same data when it replays it.
+    """
     size = draw(st.integers(min_value=1, max_value=9))
     parents = [
         sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else [] for i in range(size)
     ]
-    return parents, draw(st.randoms(use_true_random=False))
+    return parents, random.Random(draw(st.integers(0, 2**32)))
+
+
+def in_order(claimed: list) -> list:
+    """Return claims in node order: what the seeded shuffle starts from, whatever the ids."""
+    return sorted(claimed, key=lambda c: int(c.job.node[1:]))
 
 
 def check_counts(workflow_id) -> None:
@@ -782,7 +793,13 @@ def test_any_graph_completed_in_any_order_and_batching_releases_each_job_once(st
     while done < len(parents):
         claimed = store.claim_batch(limit=50, resume_expired=[])
         assert claimed, "nothing claimable while jobs wait"
-        assert {c.job.workflow_id for c in claimed} == {workflow_id}
+        foreign = [
+            (c.job.node, c.job.workflow.name, c.job.created_at, c.job.status)
+            for c in claimed
+            if c.job.workflow_id != workflow_id
+        ]
+        assert not foreign, (foreign, WorkflowRow.objects.values_list("name", "created_at"))
+        claimed = in_order(claimed)
         rnd.shuffle(claimed)
         while claimed:
             cut = rnd.randint(1, len(claimed))
@@ -855,6 +872,7 @@ def test_any_graph_with_failures_cancels_or_runs_each_descendant_as_it_says(stor
     workflow_id = store.workflows.submit(wf.graph()).workflow.pk
     check_hand_offs(workflow_id)
     while claimed := store.claim_batch(limit=50, resume_expired=[]):
+        claimed = in_order(claimed)
         rnd.shuffle(claimed)
         while claimed:
             cut = rnd.randint(1, len(claimed))

@@ -28,7 +28,7 @@ from .models import Workflow as WorkflowRow
 from .rules import registry
 from .rules.conf import jobs_settings
 from .rules.errors import InputInvalid
-from .rules.graph import NodeDeclaration, check_graph
+from .rules.graph import Graph, NodeDeclaration, check_graph
 from .rules.vocabulary import UpstreamFailure
 from .store import DurableJobStore
 
@@ -121,6 +121,18 @@ class Workflow:
             return [signature.add_to(self, list(after))]
         return signature.add_to(self, list(after))
 
+    def graph(self) -> Graph:
+        """Return the checked graph :meth:`submit` writes, or refuse it as ``submit`` does.
+
+        For a store of your own: ``store.workflows.submit(wf.graph(), idempotency_key=...)``.
+        """
+        return check_graph(
+            self.name,
+            self._declared,
+            max_jobs=jobs_settings.WORKFLOW_MAX_JOBS,
+            registered=lambda op: registry.get(op) is not None,
+        )
+
     def submit(self, *, using: str | None = None) -> WorkflowHandle:
         """Write the workflow, all or nothing; return its handle.
 
@@ -129,12 +141,7 @@ class Workflow:
         Inside ``transaction.atomic()`` it joins your transaction: the workflow exists only if
         you commit.
         """
-        graph = check_graph(
-            self.name,
-            self._declared,
-            max_jobs=jobs_settings.WORKFLOW_MAX_JOBS,
-            registered=lambda op: registry.get(op) is not None,
-        )
+        graph = self.graph()
         alias = jobs_settings.database(using)
         store = DurableJobStore(using=alias)
         submitted = store.workflows.submit(

@@ -47,8 +47,9 @@ def request_cancel(client: Client, job_id: Any, *, execution: Execution | None) 
         answer = cancel_answer(row)
         changes: dict[str, Any] = {}
         if answer == RequestAnswer.CANCELLED_NOW:
-            # A sleeping job's wake-up is a retry request: it must not outlive the job.
-            changes.update(status=JobStatus.CANCELLED, completed_at=now, retry_requested_at=None)
+            changes.update(status=JobStatus.CANCELLED, completed_at=now)
+            if row.retry_requested_at is not None:  # a sleeping job: it must not wake up
+                changes["retry_requested_at"] = None
         if answer.accepted and row.cancellation_requested_at is None:
             changes["cancellation_requested_at"] = now
         if changes:
@@ -64,8 +65,9 @@ def request_retry(client: Client, job_id: Any) -> RequestResult:
     """Record that a person wants a new attempt; return what it did, with the job after it.
 
     A job that has not ended needs no retry (``not-ended``); a complete, legacy or defective
-    one is refused (``NotReclaimable``). The request is due at once: a person does not wait
-    out a retry policy's backoff.
+    one is refused (``NotReclaimable``), and so is a workflow job whose parents did not all
+    complete (``workflows.retrying``). The request is due at once: a person does not wait out
+    a retry policy's backoff.
     """
     validation.job_id(job_id)
     with bounded_atomic(client.using):
@@ -79,6 +81,7 @@ def request_retry(client: Client, job_id: Any) -> RequestResult:
                 raise NotReclaimable(refusal)
             if row.retry_requested_at is None:
                 changes["retry_requested_at"] = now
+                workflows.retrying(client, row)  # refuses a run before its parents
             if row.run_after > now:
                 changes["run_after"] = now
         if changes:

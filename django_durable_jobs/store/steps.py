@@ -22,7 +22,7 @@ from ..database.transactions import bounded_atomic
 from ..models import JobStep
 from ..observability.history import fenced_writes
 from ..rules import validation
-from ..rules.errors import InputInvalid
+from ..rules.errors import InputInvalid, JobCancelled
 from ..rules.jsontext import canonical_json
 from ..rules.values import Lease
 from ..rules.vocabulary import AttemptOutcomeChoice, JobStatus
@@ -129,6 +129,8 @@ def sleep(client: Client, lease: Lease, seconds: Any):
 
     Return the time it is due. The attempt is given back (``attempts`` goes down by one, its
     history row says ``slept``), the owner and lease are cleared; checkpoint and steps stay.
+    A job asked to cancel does not sleep: ``JobCancelled``, nothing written, so the executor
+    stops and its cancellation is acknowledged.
     """
     fence.check_lease(client, lease)
     delay = sleep_seconds(seconds)
@@ -139,6 +141,11 @@ def sleep(client: Client, lease: Lease, seconds: Any):
         if not fence.holds(client, lease, row, now):
             fenced_writes("sleep", [lease], accepted=False, at=now, why="fence")
             raise fence.loss_of(client, lease, row)
+        if row.cancellation_requested_at is not None:
+            # Sleeping would hide the request (the wake-up's new attempt clears it): stop.
+            raise JobCancelled(
+                f"Job {lease.job_id} was asked to cancel; it stops instead of sleeping."
+            )
         until = now + timedelta(seconds=delay)
         history = ending.attempt_of(row, now, AttemptOutcomeChoice.SLEPT, f"Slept until {until}.")
         matched = rows.update_fenced(

@@ -12,29 +12,34 @@
   once the second waits for the first's lock and sees its count. A parent that failed for good
   or was cancelled cancels its waiting children (``on_upstream_failure="cancel"``) and theirs,
   or counts as ended for them (``"run"``).
-* :func:`cancel` and :func:`retry` act on every job of a workflow at once.
+* :func:`cancel` and :func:`retry` act on every job of a workflow at once. They lock its jobs
+  without waiting for any (a completion holds a parent while it locks the children) and try
+  again shortly when one is held, so they never deadlock with a hand-off.
+* :func:`retrying` checks a single job's retry request: not before its parents completed.
 
 Releasing costs a few statements per transaction, whatever the number of children.
 """
 
 from __future__ import annotations
 
+import random
+import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
-from ..database.dbvendor import notify_work
+from ..database.dbvendor import is_lock_timeout, notify_work
 from ..database.transactions import bounded_atomic, refuse_caller_transaction
 from ..models import Job, JobDependency, Workflow
 from ..observability import tracing
 from ..rules import quotas, validation
-from ..rules.errors import IdempotencyConflict, InputInvalid
+from ..rules.errors import DeadlineExceeded, IdempotencyConflict, InputInvalid, NotReclaimable
 from ..rules.graph import Graph
 from ..rules.validation import loads_strict
 from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus, UpstreamFailure
@@ -42,6 +47,7 @@ from . import capacity
 from . import client as client_room
 from .client import Client, require_caller_transaction, resolve_scope
 
+T = TypeVar("T")
 CANCELLED_WITH_WORKFLOW = "Cancelled with its workflow{by}."
 # Ended for good: what a waiting child hears from a parent that will not complete.
 _NOT_COMPLETED = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED)
@@ -201,7 +207,10 @@ def get(client: Client, workflow_id: Any) -> Workflow | None:
 
 def jobs_of(client: Client, workflow_id: Any) -> list[Job]:
     """Return the jobs of a workflow in the order they were declared."""
-    rows = list(Job.objects.using(client.using).filter(workflow_id=workflow_id))
+    found = Job.objects.using(client.using).filter(workflow_id=workflow_id)
+    if client.scope is not None:
+        found = found.filter(scope=client.scope)
+    rows = list(found)
     rows.sort(key=lambda job: int(job.idempotency_key.rsplit(":", 1)[1]))
     now = client_room.now(client)
     for row in rows:
@@ -211,22 +220,25 @@ def jobs_of(client: Client, workflow_id: Any) -> list[Job]:
 
 def edges_of(client: Client, workflow_id: Any) -> list[tuple[Any, Any]]:
     """Return the (parent id, child id) pairs of a workflow."""
-    return list(
-        JobDependency.objects.using(client.using)
-        .filter(workflow_id=workflow_id)
-        .order_by("id")
-        .values_list("parent_id", "child_id")
-    )
+    found = JobDependency.objects.using(client.using).filter(workflow_id=workflow_id)
+    if client.scope is not None:
+        found = found.filter(workflow__scope=client.scope)
+    return list(found.order_by("id").values_list("parent_id", "child_id"))
 
 
 def upstream(client: Client, job_id: Any) -> dict[str, Any]:
-    """Return the results of a job's parents, keyed by each parent's name (or id)."""
+    """Return the results of a job's parents, keyed by each parent's name (or id).
+
+    A scoped client reads only its scope's jobs: another scope's job has no parents here.
+    """
     parents = (
         Job.objects.using(client.using)
         .filter(child_links__child_id=job_id)
         .only("id", "node", "result", "status")
         .order_by()
     )
+    if client.scope is not None:
+        parents = parents.filter(scope=client.scope)
     found: dict[str, Any] = {}
     for parent in parents:
         value = None
@@ -323,10 +335,55 @@ def release(client: Client, rows: Sequence[Job], now: datetime) -> None:
         )
     if rerun:  # a retried workflow's job that ran before: claimed like a retry request
         jobs.filter(pk__in=rerun, status=JobStatus.WAITING).update(
-            status=JobStatus.SLEEPING, retry_requested_at=now, **common
+            status=JobStatus.SLEEPING, retry_requested_at=now, sleep_until=None, **common
         )
     for queue in sorted({row.queue for row in rows}):
         notify_work(client.using, queue)
+
+
+def retrying(client: Client, row: Job) -> None:
+    """Prepare a workflow job's retry request, in the transaction that records it on ``row``.
+
+    ``row`` is locked, with no retry to come before: ended, or running under an expired lease
+    (whose children still wait for it, counting nothing to undo). Refuses, with
+    ``NotReclaimable``, a job whose parents did not all complete: it would run before them
+    (retrying the workflow runs them in order). A parent that ended for good counts as done
+    for a child that runs after a failure (``on_upstream_failure="run"``).
+
+    When ``row`` itself ended for good, its waiting children counted it as ended (they run
+    after a failure); they wait for its new run now, or its completion would release them
+    before their other parents completed.
+    """
+    if row.workflow_id is None:
+        return
+    jobs = Job.objects.using(client.using)
+    for parent in jobs.filter(child_links__child_id=row.pk).order_by("pk"):
+        ended_for_good = parent.status in _NOT_COMPLETED and parent.retry_requested_at is None
+        if parent.status == JobStatus.COMPLETE or (
+            ended_for_good and row.on_upstream_failure == UpstreamFailure.RUN
+        ):
+            continue
+        name = f"{parent.node!r} " if parent.node else ""
+        raise NotReclaimable(
+            f"Job {row.pk} cannot run again yet: its upstream job {name}({parent.pk}) is "
+            f"{parent.status}. Complete it first, or retry the workflow, which runs them in "
+            f"order."
+        )
+    if row.status not in _NOT_COMPLETED:
+        return
+    children = list(
+        JobDependency.objects.using(client.using)
+        .filter(parent_id=row.pk)
+        .values_list("child_id", flat=True)
+    )
+    waiting = [
+        child.pk
+        for child in jobs.select_for_update()
+        .filter(pk__in=sorted(children, key=str), status=JobStatus.WAITING)
+        .order_by("pk")
+    ]
+    if waiting:
+        jobs.filter(pk__in=waiting, status=JobStatus.WAITING).update(waiting_on=F("waiting_on") + 1)
 
 
 def _upstream_reason(parent: Job) -> str:
@@ -344,35 +401,38 @@ def cancel(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
     Jobs nobody holds (pending, waiting, sleeping) are cancelled at once; running ones get a
     cancellation request their owners carry out. Ended jobs keep their outcome.
     """
-    with bounded_atomic(client.using):
-        now = client_room.now(client)
-        workflow = _locked_workflow(client, workflow_id)
-        rows = _locked_jobs(client, workflow.pk)
-        now_cancelled = [r for r in rows if r.status in _UNHELD]
-        requested = [
-            r for r in rows if r.status == JobStatus.RUNNING and r.cancellation_requested_at is None
-        ]
-        reason = CANCELLED_WITH_WORKFLOW.format(by=f" by {by}" if by else "")
-        jobs = Job.objects.using(client.using)
-        for row in now_cancelled:
-            jobs.filter(pk=row.pk, status=row.status).update(
-                status=JobStatus.CANCELLED,
-                completed_at=now,
-                cancellation_requested_at=now,
-                error=reason,
-                owner_id=None,
-                lease_expires_at=None,
-                retry_requested_at=None,  # a sleeping job's wake-up must not outlive it
-            )
-            row.status = JobStatus.CANCELLED
-        if requested:
-            jobs.filter(pk__in=[r.pk for r in requested], status=JobStatus.RUNNING).update(
-                cancellation_requested_at=now
-            )
-        Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
-            cancel_requested_at=now, requested_by=by
+    return _without_waiting(client, lambda: _cancel(client, workflow_id, by))
+
+
+def _cancel(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
+    now = client_room.now(client)
+    workflow = _locked_workflow(client, workflow_id)
+    rows = _locked_jobs(client, workflow.pk)
+    now_cancelled = [r for r in rows if r.status in _UNHELD or _retry_to_come(r)]
+    requested = [
+        r for r in rows if r.status == JobStatus.RUNNING and r.cancellation_requested_at is None
+    ]
+    reason = CANCELLED_WITH_WORKFLOW.format(by=f" by {by}" if by else "")
+    jobs = Job.objects.using(client.using)
+    for row in now_cancelled:
+        jobs.filter(pk=row.pk, status=row.status).update(
+            status=JobStatus.CANCELLED,
+            completed_at=now,
+            cancellation_requested_at=now,
+            error=reason,
+            owner_id=None,
+            lease_expires_at=None,
+            retry_requested_at=None,  # a sleeping job must not wake up
         )
-        workflow.cancel_requested_at, workflow.requested_by = now, by
+        row.status = JobStatus.CANCELLED
+    if requested:
+        jobs.filter(pk__in=[r.pk for r in requested], status=JobStatus.RUNNING).update(
+            cancellation_requested_at=now
+        )
+    Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
+        cancel_requested_at=now, requested_by=by
+    )
+    workflow.cancel_requested_at, workflow.requested_by = now, by
     return WorkflowAnswer(
         workflow,
         {
@@ -385,56 +445,119 @@ def cancel(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
 _UNHELD = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.SLEEPING)
 
 
+def _retry_to_come(row: Job) -> bool:
+    """True for a failed or cancelled job due to run again (a retry policy's or a request)."""
+    return row.status in (JobStatus.FAILED, JobStatus.CANCELLED) and (
+        row.retry_requested_at is not None
+    )
+
+
+def _expired(row: Job, now: datetime) -> bool:
+    """True for a job whose owner's lease ran out with nobody to resume it yet."""
+    return (
+        row.status == JobStatus.RUNNING
+        and row.lease_expires_at is not None
+        and row.lease_expires_at <= now
+        and row.retry_requested_at is None
+    )
+
+
 def retry(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:
     """Run again what did not complete: failed and cancelled jobs, never a completed one.
 
     A job whose parents all completed is due at once (a retry request when it ran before);
     one with a parent to be run again waits for it, as at submit.
     """
-    with bounded_atomic(client.using):
-        now = client_room.now(client)
-        workflow = _locked_workflow(client, workflow_id)
-        rows = {row.pk: row for row in _locked_jobs(client, workflow.pk)}
-        again = {
-            pk for pk, row in rows.items() if row.status in (JobStatus.FAILED, JobStatus.CANCELLED)
-        }
-        unfinished: Counter = Counter()
-        for parent, child in edges_of(client, workflow.pk):
-            if rows[parent].status != JobStatus.COMPLETE:
-                unfinished[child] += 1
-        jobs = Job.objects.using(client.using)
-        changed: dict[str, list[Any]] = {"retried": [], "pending": [], "waiting": []}
-        for pk in sorted(again, key=str):
-            row = rows[pk]
-            waiting = unfinished[pk]
-            reset: dict[str, Any] = {
-                "completed_at": None,
-                "cancellation_requested_at": None,
-                "waiting_on": waiting,
-            }
-            if waiting:
-                reset.update(
-                    status=JobStatus.WAITING,
-                    error=None,
-                    released_at=None,
-                    owner_id=None,
-                    lease_expires_at=None,
-                    retry_requested_at=None,
-                )
-                changed["waiting"].append(pk)
-            elif row.attempts == 0:
-                reset.update(status=JobStatus.PENDING, error=None, released_at=now, run_after=now)
-                changed["pending"].append(pk)
-            else:
-                reset.update(retry_requested_at=now, run_after=now)
-                changed["retried"].append(pk)
-            jobs.filter(pk=pk, status=row.status).update(**reset)
+    return _without_waiting(client, lambda: _retry(client, workflow_id, by))
+
+
+def _retry(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
+    now = client_room.now(client)
+    workflow = _locked_workflow(client, workflow_id)
+    rows = {row.pk: row for row in _locked_jobs(client, workflow.pk)}
+    again = {
+        pk for pk, row in rows.items() if row.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+    }
+    unfinished: Counter = Counter()
+    for parent, child in edges_of(client, workflow.pk):
+        if rows[parent].status != JobStatus.COMPLETE:
+            unfinished[child] += 1
+    jobs = Job.objects.using(client.using)
+    changed: dict[str, list[Any]] = {"retried": [], "pending": [], "waiting": []}
+    for pk, row in sorted(rows.items(), key=lambda item: str(item[0])):
+        if _expired(row, now):  # its owner is gone: a new attempt, like a retry request
+            jobs.filter(pk=pk, status=JobStatus.RUNNING).update(
+                retry_requested_at=now, run_after=now
+            )
+            changed["retried"].append(pk)
             notify_work(client.using, row.queue)
-        Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
-            retry_requested_at=now, requested_by=by
-        )
-        workflow.retry_requested_at, workflow.requested_by = now, by
+    for pk in sorted(again, key=str):
+        row = rows[pk]
+        waiting = unfinished[pk]
+        reset: dict[str, Any] = {
+            "completed_at": None,
+            "cancellation_requested_at": None,
+            "waiting_on": waiting,
+        }
+        if waiting:
+            reset.update(
+                status=JobStatus.WAITING,
+                error=None,
+                released_at=None,
+                owner_id=None,
+                lease_expires_at=None,
+                retry_requested_at=None,
+            )
+            changed["waiting"].append(pk)
+        elif row.attempts == 0:
+            reset.update(status=JobStatus.PENDING, error=None, released_at=now, run_after=now)
+            changed["pending"].append(pk)
+        else:
+            reset.update(retry_requested_at=now, run_after=now)
+            changed["retried"].append(pk)
+        jobs.filter(pk=pk, status=row.status).update(**reset)
+        notify_work(client.using, row.queue)
+    # A waiting child that runs after a failure ("run") counted that parent as done; the
+    # parent runs again now, so its completion must find it still counted.
+    for pk, row in rows.items():
+        if row.status == JobStatus.WAITING and row.waiting_on != unfinished[pk]:
+            jobs.filter(pk=pk, status=JobStatus.WAITING).update(waiting_on=unfinished[pk])
+    Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
+        retry_requested_at=now, requested_by=by
+    )
+    workflow.retry_requested_at, workflow.requested_by = now, by
     return WorkflowAnswer(workflow, changed)
+
+
+# How long cancel and retry try again while workers hold some of a workflow's jobs.
+LOCKED_JOBS_SECONDS = 10.0
+
+
+def _without_waiting(client: Client, work: Callable[[], T]) -> T:
+    """Return ``work()`` run in a transaction of its own, tried again while rows are held.
+
+    ``work`` locks every job of a workflow (in id order) without waiting for one. A worker's
+    completion locks its job first and then that job's children, whose ids may be smaller:
+    had this transaction waited for the parent while holding such a child, each would wait
+    for the other (a deadlock). It rolls back instead, having written nothing, and tries again
+    a moment later, until ``LOCKED_JOBS_SECONDS`` have passed (``DeadlineExceeded``).
+    """
+    deadline = time.monotonic() + LOCKED_JOBS_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            with bounded_atomic(client.using):
+                return work()
+        except DatabaseError as exc:
+            if not is_lock_timeout(connections[client.using], exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded(
+                    f"Workers kept some of the workflow's jobs locked for "
+                    f"{LOCKED_JOBS_SECONDS:g} s; nothing was written. Try again."
+                ) from exc
+        time.sleep(pause * (1 + random.random()))
+        pause = min(pause * 2, 0.1)
 
 
 def _locked_workflow(client: Client, workflow_id: Any) -> Workflow:
@@ -449,9 +572,10 @@ def _locked_workflow(client: Client, workflow_id: Any) -> Workflow:
 
 
 def _locked_jobs(client: Client, workflow_id: Any) -> list[Job]:
+    """Lock every job of the workflow without waiting (see :func:`_without_waiting`)."""
     return list(
         Job.objects.using(client.using)
-        .select_for_update()
+        .select_for_update(nowait=True)
         .filter(workflow_id=workflow_id)
         .order_by("pk")
     )
@@ -461,12 +585,13 @@ def state_of(jobs: Sequence[Job]) -> str:
     """Return a workflow's state, from its jobs' statuses.
 
     ``complete`` when all completed; ``failed`` when one failed for good or was cancelled and
-    nothing is left to run; ``running`` while any job runs, waits, sleeps or is pending.
+    nothing is left to run; ``running`` while any job runs, waits, sleeps, is pending or has
+    a retry to come.
     """
     statuses = {job.status for job in jobs}
     if statuses <= {JobStatus.COMPLETE}:
         return "complete"
-    if not statuses <= set(TERMINAL_STATUSES):
+    if not statuses <= set(TERMINAL_STATUSES) or any(_retry_to_come(job) for job in jobs):
         return "running"
     if JobStatus.FAILED in statuses or JobStatus.ORPHANED in statuses:
         return "failed"

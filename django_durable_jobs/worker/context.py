@@ -169,7 +169,8 @@ class JobContext:
 
         ``delay`` is seconds or a ``timedelta``. The slot and the lease are freed at once;
         steps and checkpoint are kept, and the attempt is not counted against the retry
-        limit. Nothing after this call runs: it raises to end the executor.
+        limit. Nothing after this call runs: it raises to end the executor. A job asked to
+        cancel does not sleep: it raises ``JobCancelled`` instead, acknowledged as cancelled.
         """
         until = self._fenced("sleep", lambda: self.store.sleep(self.lease, delay))
         self.completed = True  # nothing is left to record

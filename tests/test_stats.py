@@ -216,14 +216,13 @@ def test_the_workflow_state_of_the_surfaces_is_the_stores_for_every_set_of_statu
     from types import SimpleNamespace
 
     from django_durable_jobs.rules.vocabulary import JobStatus
-    from django_durable_jobs.stats.workflows import progress, workflow_state
-    from django_durable_jobs.store.workflows import state_of
+    from django_durable_jobs.stats.workflows import progress, state_of, workflow_state
 
     statuses = list(JobStatus.values)
     seen = set()
     for size in range(len(statuses) + 1):
         for chosen in combinations(statuses, size):
-            jobs = [SimpleNamespace(status=s) for s in chosen]
+            jobs = [SimpleNamespace(status=s, retry_requested_at=None) for s in chosen]
             assert workflow_state(chosen) == state_of(jobs), chosen
             seen.add(workflow_state(chosen))
     assert seen == {"running", "complete", "failed", "cancelled"}

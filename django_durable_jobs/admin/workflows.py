@@ -26,6 +26,7 @@ from ..models import Job, JobDependency, Workflow
 from ..rules import validation
 from ..rules.conf import jobs_settings
 from ..rules.errors import JobError
+from ..rules.graph import workflow_state as rules_workflow_state
 from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus
 from ..store import DurableJobStore
 from . import format as fmt
@@ -45,22 +46,10 @@ STATE_COLOURS = {
 _COUNTED = {status: f"jobs_{status}" for status in JobStatus.values}
 
 
-def workflow_state(statuses: Counter) -> str:
-    """Return a workflow's state from how many of its jobs are in each status.
-
-    The rule of ``store.workflows.state_of`` (which the admin may not import: it reaches the
-    store through its face only; a test proves the two agree): ``complete`` when every job
-    completed; ``running`` while any job is not ended; ``failed`` when one failed (or was
-    orphaned) and all ended; else ``cancelled``.
-    """
-    present = {status for status, count in statuses.items() if count}
-    if present <= {JobStatus.COMPLETE}:
-        return "complete"
-    if not present <= set(TERMINAL_STATUSES):
-        return "running"
-    if JobStatus.FAILED in present or JobStatus.ORPHANED in present:
-        return "failed"
-    return "cancelled"
+def workflow_state(statuses: Counter, retries_to_come: int = 0) -> str:
+    """Return a workflow's state from how many of its jobs are in each status (``rules.graph``)."""
+    present = [status for status, count in statuses.items() if count]
+    return rules_workflow_state(present, retries_to_come=bool(retries_to_come))
 
 
 def statuses_of(obj: Workflow) -> Counter:
@@ -179,7 +168,13 @@ class WorkflowAdmin(ReadOnlyAdmin):
         counts = {
             name: Count("jobs", filter=Q(jobs__status=status)) for status, name in _COUNTED.items()
         }
-        return super().get_queryset(request).annotate(**counts)
+        again = Q(
+            jobs__status__in=[JobStatus.FAILED, JobStatus.CANCELLED],
+            jobs__retry_requested_at__isnull=False,
+        )
+        return (
+            super().get_queryset(request).annotate(**counts, jobs_again=Count("jobs", filter=again))
+        )
 
     def get_search_results(self, request, queryset, search_term):
         """Match an exact id (when the term is a UUID), a part of a name, or an exact key."""
@@ -223,7 +218,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.display(description="state")
     def state(self, obj: Workflow):
         statuses = statuses_of(obj)
-        return state_badge(workflow_state(statuses))
+        return state_badge(workflow_state(statuses, getattr(obj, "jobs_again", 0)))
 
     created_at_shown = admin.display(description="created at")(
         lambda self, obj: fmt.moment(obj.created_at)
@@ -302,7 +297,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                 ),
             )
             drawn = graph.svg(drawing)
-        state = workflow_state(statuses)
+        state = workflow_state(statuses, getattr(obj, "jobs_again", 0))
         unfinished = any(statuses[s] for s in statuses if s not in TERMINAL_STATUSES)
         again = statuses[JobStatus.FAILED] + statuses[JobStatus.CANCELLED]
         shown = []

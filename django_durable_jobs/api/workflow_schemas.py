@@ -12,7 +12,7 @@ from pydantic import Field
 from ..models import Job, Workflow
 from ..rules import vocabulary
 from ..rules.graph import NodeDeclaration
-from ..stats.workflows import WORKFLOW_STATES, progress, workflow_state
+from ..stats.workflows import WORKFLOW_STATES, progress, state_of
 from .schemas import JobSummaryOut, summary
 
 UpstreamPolicy = Literal[tuple(vocabulary.UpstreamFailure.values)]
@@ -116,7 +116,7 @@ def workflow(row: Workflow, jobs: list[Job], edges: list[tuple[Any, Any]]) -> di
         "name": row.name,
         "scope": row.scope,
         "idempotency_key": row.idempotency_key,
-        "state": workflow_state(job.status for job in jobs),
+        "state": state_of(jobs),
         "progress": progress(job.status for job in jobs),
         "created_at": row.created_at,
         "cancel_requested_at": row.cancel_requested_at,

@@ -3,24 +3,34 @@
 The public ``Workflow`` (``django_durable_jobs.workflows``) and the REST API both describe a
 graph as a list of :class:`NodeDeclaration`; :func:`check_graph` turns it into a
 :class:`Graph` of validated nodes or refuses it with an ``InputInvalid`` naming the node at
-fault (an unknown operation, an unknown or duplicated name, a cycle, too many jobs). No
-database here: the store writes a checked graph (``store/workflows.py``).
+fault (an unknown operation, an unknown or duplicated name, a cycle, too many jobs);
+:func:`workflow_state` says where a workflow is from its jobs' statuses. No database here: the store writes a checked graph (``store/workflows.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import validation
 from .errors import InputInvalid
 from .jsontext import canonical_json
-from .vocabulary import UpstreamFailure, proposal_sha256
+from .vocabulary import TERMINAL_STATUSES, JobStatus, UpstreamFailure, proposal_sha256
 
-__all__ = ["Graph", "NodeDeclaration", "Node", "check_graph", "find_cycle"]
+__all__ = [
+    "WORKFLOW_STATES",
+    "Graph",
+    "Node",
+    "NodeDeclaration",
+    "check_graph",
+    "find_cycle",
+    "retry_to_come",
+    "state_of",
+    "workflow_state",
+]
 
 
 @dataclass(frozen=True)
@@ -238,3 +248,39 @@ def find_cycle(nodes: Sequence[Node]) -> list[int]:
                 state[index] = 2
                 path.pop()
     return []
+
+
+# -- a workflow's state, from its jobs ------------------------------------------------------------
+
+WORKFLOW_STATES = ("running", "complete", "failed", "cancelled")
+
+
+def retry_to_come(job: Any) -> bool:
+    """True for a failed or cancelled job due to run again (a retry policy's or a request)."""
+    return job.status in (JobStatus.FAILED, JobStatus.CANCELLED) and (
+        job.retry_requested_at is not None
+    )
+
+
+def workflow_state(statuses: Iterable[str], *, retries_to_come: bool = False) -> str:
+    """Return a workflow's state from its jobs' statuses (one per job, in any order).
+
+    ``complete`` when every job completed; ``running`` while any job is not ended (pending,
+    waiting, sleeping, running) or one that ended has a retry to come (``retries_to_come``);
+    else ``failed`` when one failed (or is an orphan), and ``cancelled`` when one was cancelled.
+    """
+    found = set(statuses)
+    if found <= {JobStatus.COMPLETE}:
+        return "complete"
+    if retries_to_come or not found <= set(TERMINAL_STATUSES):
+        return "running"
+    if JobStatus.FAILED in found or JobStatus.ORPHANED in found:
+        return "failed"
+    return "cancelled"
+
+
+def state_of(jobs: Sequence[Any]) -> str:
+    """Return the state of a workflow whose jobs (rows, with status and retry request) are given."""
+    return workflow_state(
+        (job.status for job in jobs), retries_to_come=any(retry_to_come(job) for job in jobs)
+    )

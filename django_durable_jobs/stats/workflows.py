@@ -1,9 +1,6 @@
-"""How far a workflow is, from its jobs' statuses: its state and its progress, as the REST API
-and ``manage.py jobs workflow`` show them. Pure: nothing here reads the database.
-
-The state is the store's own rule (``store.workflows.state_of``), spelled again here because
-the surfaces may not reach into the store's rooms and the store is above this layer;
-``tests/test_stats.py`` proves the two agree for every set of statuses.
+"""How far a workflow is, from its jobs' statuses: its progress, as the REST API and
+``manage.py jobs workflow`` show it. Pure: nothing here reads the database. Its state is
+the one rule of ``rules.graph`` (``state_of``, ``workflow_state``), re-exported here.
 """
 
 from __future__ import annotations
@@ -12,28 +9,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus
+from ..rules.graph import WORKFLOW_STATES, state_of, workflow_state
+from ..rules.vocabulary import JobStatus
 
-__all__ = ["WORKFLOW_STATES", "progress", "workflow_state"]
-
-WORKFLOW_STATES = ("running", "complete", "failed", "cancelled")
-
-
-def workflow_state(statuses: Iterable[str]) -> str:
-    """Return a workflow's state from its jobs' statuses.
-
-    ``complete`` when every job completed; ``failed`` when one failed for good (or is an
-    orphan) and nothing is left to run; ``cancelled`` when one was cancelled and nothing is
-    left to run; ``running`` while any job runs, waits, sleeps or is pending.
-    """
-    found = set(statuses)
-    if found <= {JobStatus.COMPLETE}:
-        return "complete"
-    if not found <= set(TERMINAL_STATUSES):
-        return "running"
-    if JobStatus.FAILED in found or JobStatus.ORPHANED in found:
-        return "failed"
-    return "cancelled"
+__all__ = ["WORKFLOW_STATES", "progress", "state_of", "workflow_state"]
 
 
 def progress(statuses: Iterable[str]) -> dict[str, Any]:

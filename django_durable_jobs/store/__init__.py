@@ -292,8 +292,9 @@ class DurableJobStore:
         """Record that a person wants a new attempt; return what it did, with the job after it.
 
         A job that has not ended needs no retry (``not-ended``); a complete, legacy or defective
-        one is refused (``NotReclaimable``). The request is due at once: a person does not wait
-        out a retry policy's backoff.
+        one is refused (``NotReclaimable``), and so is a workflow's job whose parents have not
+        all completed (retry the workflow instead). The request is due at once: a person does
+        not wait out a retry policy's backoff.
         """
         return requests.request_retry(self._client, job_id)
 

@@ -21,7 +21,7 @@ from ..rules.execution import Execution, WriteFence
 from ..rules.outcome import failure_message
 from ..rules.values import AttemptOutcome, Finalization, Lease
 from ..rules.vocabulary import JobStatus, retry_refusal
-from . import capacity, claiming, ending, fence
+from . import capacity, claiming, ending, fence, workflows
 from . import client as client_room
 from .client import Client
 
@@ -50,6 +50,8 @@ def retry_atomically(
         refusal = retry_refusal(row, now)
         if refusal is not None:
             raise NotReclaimable(refusal)
+        if row.retry_requested_at is None:
+            workflows.retrying(client, row)  # refuses a run before its parents completed
         if retain_outcome is not None:
             previous = json.dumps(ending.snapshot(row), sort_keys=True)
             validation.json_text(retain_outcome(previous), "retain_outcome receipt")

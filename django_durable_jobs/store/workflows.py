@@ -40,9 +40,9 @@ from ..models import Job, JobDependency, Workflow
 from ..observability import tracing
 from ..rules import quotas, validation
 from ..rules.errors import DeadlineExceeded, IdempotencyConflict, InputInvalid, NotReclaimable
-from ..rules.graph import Graph
+from ..rules.graph import Graph, retry_to_come
 from ..rules.validation import loads_strict
-from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus, UpstreamFailure
+from ..rules.vocabulary import JobStatus, UpstreamFailure
 from . import capacity
 from . import client as client_room
 from .client import Client, require_caller_transaction, resolve_scope
@@ -271,6 +271,19 @@ def hand_off(
         finished = _tell_children(client, finished, now)
 
 
+# What the hand-off reads of a waiting child (and of a cancelled one, as the next level's parent).
+_CHILD_FIELDS = (
+    "id",
+    "status",
+    "waiting_on",
+    "attempts",
+    "queue",
+    "on_upstream_failure",
+    "node",
+    "operation",
+)
+
+
 def _tell_children(client: Client, parents: dict[Any, Job], now: datetime) -> dict[Any, Job]:
     """Lower the counts of ``parents``' waiting children and release or cancel them.
 
@@ -289,6 +302,7 @@ def _tell_children(client: Client, parents: dict[Any, Job], now: datetime) -> di
         for row in Job.objects.using(client.using)
         .select_for_update()
         .filter(pk__in=sorted({child for _, child in edges}, key=str), status=JobStatus.WAITING)
+        .only(*_CHILD_FIELDS)
         .order_by("pk")
     }
     lowered: Counter = Counter()
@@ -313,7 +327,7 @@ def _tell_children(client: Client, parents: dict[Any, Job], now: datetime) -> di
     released = [pk for pk, count in lowered.items() if children[pk].waiting_on <= count]
     by_count: dict[int, list[Any]] = {}
     for pk, count in lowered.items():
-        if pk not in released:
+        if children[pk].waiting_on > count:
             by_count.setdefault(count, []).append(pk)
     for count, pks in by_count.items():
         jobs.filter(pk__in=pks, status=JobStatus.WAITING).update(waiting_on=F("waiting_on") - count)
@@ -408,7 +422,7 @@ def _cancel(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
     now = client_room.now(client)
     workflow = _locked_workflow(client, workflow_id)
     rows = _locked_jobs(client, workflow.pk)
-    now_cancelled = [r for r in rows if r.status in _UNHELD or _retry_to_come(r)]
+    now_cancelled = [r for r in rows if r.status in _UNHELD or retry_to_come(r)]
     requested = [
         r for r in rows if r.status == JobStatus.RUNNING and r.cancellation_requested_at is None
     ]
@@ -443,13 +457,6 @@ def _cancel(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
 
 
 _UNHELD = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.SLEEPING)
-
-
-def _retry_to_come(row: Job) -> bool:
-    """True for a failed or cancelled job due to run again (a retry policy's or a request)."""
-    return row.status in (JobStatus.FAILED, JobStatus.CANCELLED) and (
-        row.retry_requested_at is not None
-    )
 
 
 def _expired(row: Job, now: datetime) -> bool:
@@ -579,20 +586,3 @@ def _locked_jobs(client: Client, workflow_id: Any) -> list[Job]:
         .filter(workflow_id=workflow_id)
         .order_by("pk")
     )
-
-
-def state_of(jobs: Sequence[Job]) -> str:
-    """Return a workflow's state, from its jobs' statuses.
-
-    ``complete`` when all completed; ``failed`` when one failed for good or was cancelled and
-    nothing is left to run; ``running`` while any job runs, waits, sleeps, is pending or has
-    a retry to come.
-    """
-    statuses = {job.status for job in jobs}
-    if statuses <= {JobStatus.COMPLETE}:
-        return "complete"
-    if not statuses <= set(TERMINAL_STATUSES) or any(_retry_to_come(job) for job in jobs):
-        return "running"
-    if JobStatus.FAILED in statuses or JobStatus.ORPHANED in statuses:
-        return "failed"
-    return "cancelled"

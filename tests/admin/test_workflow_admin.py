@@ -481,16 +481,21 @@ def test_the_lists_state_is_the_stores_rule_for_every_mix_of_statuses():
     from itertools import combinations
 
     from django_durable_jobs.admin.workflows import workflow_state
+    from django_durable_jobs.rules.graph import state_of
     from django_durable_jobs.rules.vocabulary import JobStatus
-    from django_durable_jobs.store.workflows import state_of
 
     class Row:
-        def __init__(self, status):
+        def __init__(self, status, again):
             self.status = status
+            self.retry_requested_at = "now" if again else None
 
     statuses = list(JobStatus.values)
     for size in range(1, len(statuses) + 1):
         for mix in combinations(statuses, size):
-            assert workflow_state(Counter({s: 2 for s in mix})) == state_of(
-                [Row(s) for s in mix]
-            ), mix
+            for again in (False, True):  # a failed or cancelled job with a retry to come
+                rows = [Row(s, again and s in ("failed", "cancelled")) for s in mix]
+                retrying = sum(row.retry_requested_at is not None for row in rows)
+                assert workflow_state(Counter({s: 2 for s in mix}), retrying) == state_of(rows), (
+                    mix,
+                    again,
+                )

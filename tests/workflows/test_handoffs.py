@@ -540,7 +540,7 @@ def test_a_retry_request_of_a_job_that_ran_after_a_failure_is_accepted(store):
 
 
 def test_a_workflows_state_follows_its_jobs(store):
-    from django_durable_jobs.store.workflows import state_of
+    from django_durable_jobs.rules.graph import state_of
 
     wf = Workflow("wf.state")
     flaky = wf.job(FLAKY, {}, name="flaky")
@@ -569,7 +569,7 @@ def test_a_workflows_state_follows_its_jobs(store):
 
 
 def test_a_workflow_whose_last_job_will_be_retried_is_still_running(store):
-    from django_durable_jobs.store.workflows import state_of
+    from django_durable_jobs.rules.graph import state_of
 
     wf = Workflow("wf.state_one")
     wf.job(FLAKY, {}, name="flaky")

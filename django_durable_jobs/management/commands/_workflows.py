@@ -12,14 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from ...formatting.humanize import relative as age
 from ...models import Job, Workflow
 from ...rules import validation
 from ...rules.errors import InputInvalid
-from ...stats.workflows import progress, workflow_state
+from ...rules.vocabulary import JobStatus
+from ...stats.workflows import progress, state_of, workflow_state
 from ...store import DurableJobStore, WorkflowNotFound
 from . import _jobs_format as fmt
 
@@ -96,7 +97,7 @@ def handle_workflow(store: DurableJobStore, options: dict[str, Any], out: Any) -
         raise CommandError(f"No workflow {fmt._scalar(raw)}.") from exc
     says = CANCEL_SAYS if verb == "cancel" else RETRY_SAYS
     report = action_report(verb, answer.workflow, answer.changed, says)
-    report["state"] = workflow_state(job.status for job in store.workflows.jobs(answer.workflow.pk))
+    report["state"] = state_of(store.workflows.jobs(answer.workflow.pk))
     out.write(fmt.dumps(report) if options["json"] else report["message"])
 
 
@@ -152,7 +153,7 @@ def workflow_data(store: DurableJobStore, workflow: Workflow) -> dict[str, Any]:
         "name": workflow.name,
         "scope": workflow.scope,
         "idempotency_key": workflow.idempotency_key,
-        "state": workflow_state(job.status for job in jobs),
+        "state": state_of(jobs),
         "progress": progress(job.status for job in jobs),
         "created_at": fmt._iso(workflow.created_at),
         "cancel_requested_at": fmt._iso(workflow.cancel_requested_at),
@@ -239,11 +240,14 @@ def _list(store: DurableJobStore, options: dict[str, Any], out: Any) -> None:
         Job.objects.using(store.using)
         .filter(workflow_id__in=[w.pk for w in workflows])
         .values("workflow_id", "status")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("pk"), again=Count("pk", filter=Q(retry_requested_at__isnull=False)))
         .order_by()
     )
+    retrying: set[Any] = set()
     for row in counted:  # one row per workflow and status: enough for its state and progress
         statuses.setdefault(row["workflow_id"], []).extend([row["status"]] * row["n"])
+        if row["again"] and row["status"] in (JobStatus.FAILED, JobStatus.CANCELLED):
+            retrying.add(row["workflow_id"])
     data = []
     for w in workflows:
         mine = statuses.get(w.pk, [])
@@ -252,7 +256,7 @@ def _list(store: DurableJobStore, options: dict[str, Any], out: Any) -> None:
                 "id": str(w.pk),
                 "name": w.name,
                 "scope": w.scope,
-                "state": workflow_state(mine),
+                "state": workflow_state(mine, retries_to_come=w.pk in retrying),
                 "progress": progress(mine),
                 "created_at": fmt._iso(w.created_at),
             }

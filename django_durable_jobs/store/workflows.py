@@ -289,22 +289,23 @@ def _tell_children(client: Client, parents: dict[Any, Job], now: datetime) -> di
 
     Return the children this cancelled: their own children hear of it next.
     """
-    edges = list(
-        JobDependency.objects.using(client.using)
-        .filter(parent_id__in=list(parents))
-        .order_by()
-        .values_list("parent_id", "child_id")
+    # One locked read of the waiting children joined to their edges from these parents: a
+    # child appears once per such edge. Locked in id order, so two hand-offs never deadlock.
+    found = (
+        Job.objects.using(client.using)
+        .select_for_update()
+        .filter(parent_links__parent_id__in=list(parents), status=JobStatus.WAITING)
+        .only(*_CHILD_FIELDS)
+        .annotate(edge_parent=F("parent_links__parent_id"))
+        .order_by("pk")
     )
+    children: dict[Any, Job] = {}
+    edges: list[tuple[Any, Any]] = []
+    for row in found:
+        children.setdefault(row.pk, row)
+        edges.append((row.edge_parent, row.pk))
     if not edges:
         return {}
-    children = {
-        row.pk: row
-        for row in Job.objects.using(client.using)
-        .select_for_update()
-        .filter(pk__in=sorted({child for _, child in edges}, key=str), status=JobStatus.WAITING)
-        .only(*_CHILD_FIELDS)
-        .order_by("pk")
-    }
     lowered: Counter = Counter()
     cancelled: dict[Any, Job] = {}
     for parent_id, child_id in edges:

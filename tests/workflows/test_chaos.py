@@ -37,14 +37,37 @@ def borrowed(transactional_db, db_settings_env, tmp_path):
     audit.remove()
 
 
+# On a loaded machine the pause can miss its moment (the paused worker's attempts end, or
+# nobody takes them over, before it resumes). Every run must keep every property; the run is
+# made again, on emptied tables, until one also shows the paused worker's late writes refused.
+RUNS_FOR_A_CAUGHT_PAUSE = 3
+
+
 def test_workflows_survive_killed_and_paused_workers(borrowed, tmp_path):
+    for attempt in range(RUNS_FOR_A_CAUGHT_PAUSE):
+        run, counts, summary = one_chaos_run(borrowed, tmp_path / f"try{attempt}", SEED + attempt)
+        caught = (
+            counts["paused_late_step_refused"] > 0 and counts["paused_late_completion_refused"] > 0
+        )
+        if caught:
+            break
+        empty_the_tables()
+    # The paused worker woke up to refusals: a step record and a completion, among others.
+    assert counts["paused_late_step_refused"] > 0, summary
+    assert counts["paused_late_completion_refused"] > 0, summary
+    assert_the_checker_catches_each_violation(run)
+
+
+def one_chaos_run(borrowed: dict, tmp_path, seed: int):
+    """Run the workflows through the faults once; check every property; return the run."""
     folder = tmp_path / "run"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     log = tmp_path / "steps.jsonl"
+    env = {**borrowed, "DURABLE_JOBS_CHAOS_DIR": str(folder)}
     handles = chaos_support.submit_workflows(log)
     assert sum(len(h.jobs) for h in handles) == 2 * (chaos_support.FAN_OUT + 2) + 3 + 8
 
-    chaos = chaos_support.WorkflowChaos(folder, borrowed, log, seed=SEED)
+    chaos = chaos_support.WorkflowChaos(folder, env, log, seed=seed)
     try:
         drained = chaos.run(fault_seconds=15, kill_every=2, drain_timeout=90)
     finally:
@@ -68,10 +91,22 @@ def test_workflows_survive_killed_and_paused_workers(borrowed, tmp_path):
     assert chaos.kills > 0 and chaos.fleet.done["pause"] == 1, summary
     assert counts["reclaims"] > 0 and counts["interrupted_attempts"] > 0, summary
     assert counts["steps_rerun_unrecorded"] > 0 and counts["steps_resumed"] > 0, summary
-    # The paused worker woke up to refusals: a step record and a completion, among others.
-    assert counts["paused_late_step_refused"] > 0, summary
-    assert counts["paused_late_completion_refused"] > 0, summary
-    assert_the_checker_catches_each_violation(run)
+    return run, counts, summary
+
+
+def empty_the_tables() -> None:
+    """Remove a run's rows (test tables only), so the next run starts from nothing."""
+    from django.db import connection
+
+    from django_durable_jobs.models import Job, JobAttempt, JobDependency, JobStep, Workflow
+
+    for model in (JobStep, JobAttempt, JobDependency):
+        model.objects.all().delete()
+    Job.objects.update(workflow=None)
+    Job.objects.all().delete()
+    Workflow.objects.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {audit.TABLE}")
 
 
 def assert_the_checker_catches_each_violation(run: chaos_support.WorkflowRun) -> None:

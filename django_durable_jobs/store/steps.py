@@ -147,7 +147,12 @@ def sleep(client: Client, lease: Lease, seconds: Any):
                 f"Job {lease.job_id} was asked to cancel; it stops instead of sleeping."
             )
         until = now + timedelta(seconds=delay)
-        history = ending.attempt_of(row, now, AttemptOutcomeChoice.SLEPT, f"Slept until {until}.")
+        history = ending.attempt_of(
+            row,
+            now,
+            AttemptOutcomeChoice.SLEPT,
+            f"Slept until {until.isoformat(timespec='seconds')}.",
+        )
         matched = rows.update_fenced(
             [lease],
             {

@@ -7,6 +7,7 @@ from django.contrib import admin
 from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.http import HttpResponseBadRequest
+from django.template.response import TemplateResponse
 
 from ..rules.conf import jobs_settings
 
@@ -76,3 +77,25 @@ class ReadOnly(OnJobsDatabase):
 
 class ReadOnlyAdmin(ReadOnly, admin.ModelAdmin):
     """A read-only admin page."""
+
+
+def confirmation(
+    model_admin: admin.ModelAdmin, request, question: str, answer: str, page: str, **shown
+) -> TemplateResponse:
+    """Return the page that asks to confirm a request (cancel, retry) of one row, POSTing back.
+
+    ``question`` is "Title? Explanation"; ``shown`` adds what the model's template shows of the
+    row (``admin/<app>/<model>/request_confirmation.html``).
+    """
+    opts = model_admin.opts
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": opts,
+        "title": question.split("?")[0] + "?",
+        "question": question.split("?", 1)[1].strip(),
+        "answer": answer,
+        "page_url": page,
+        **shown,
+    }
+    template = f"admin/{opts.app_label}/{opts.model_name}/request_confirmation.html"
+    return TemplateResponse(request, template, context)

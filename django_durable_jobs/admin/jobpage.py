@@ -16,7 +16,6 @@ from typing import Any
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
@@ -33,7 +32,7 @@ from ..rules.vocabulary import (
 )
 from . import format as fmt
 from . import jobflow
-from .base import WIDE
+from .base import WIDE, confirmation
 from .filters import stale_workers
 
 # The newest attempts the timeline shows; the attempt list has every one.
@@ -327,18 +326,15 @@ class JobPage:
             current_app=self.admin_site.name,
         )
         if request.POST.get("confirm") != "yes":
-            context = {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
-                "title": question.split("?")[0] + "?",
-                "job": obj,
-                "question": question.split("?", 1)[1].strip(),
-                "answer": answer,
-                "page_url": page,
-                "status_badge": fmt.status_badge(obj.status),
-            }
-            template = f"admin/{self.opts.app_label}/job/request_confirmation.html"
-            return TemplateResponse(request, template, context)
+            return confirmation(
+                self,
+                request,
+                question,
+                answer,
+                page,
+                job=obj,
+                status_badge=fmt.status_badge(obj.status),
+            )
         getattr(self, action)(request, self.get_queryset(request).filter(pk=obj.pk))
         return HttpResponseRedirect(page)
 

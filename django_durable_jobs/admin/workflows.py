@@ -17,7 +17,6 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import ngettext
@@ -31,7 +30,7 @@ from ..rules.vocabulary import TERMINAL_STATUSES, JobStatus
 from ..store import DurableJobStore
 from . import format as fmt
 from . import graph, jobflow
-from .base import WIDE, ReadOnlyAdmin
+from .base import WIDE, ReadOnlyAdmin, confirmation
 
 # The jobs a workflow's page lists (the job list, filtered to the workflow, has every one).
 JOB_ROWS = 200
@@ -376,17 +375,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
             raise PermissionDenied
         page = self._url("workflow_change", admin.utils.quote(obj.pk))
         if request.POST.get("confirm") != "yes":
-            context = {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
-                "title": question.split("?")[0] + "?",
-                "workflow": obj,
-                "question": question.split("?", 1)[1].strip(),
-                "answer": answer,
-                "page_url": page,
-            }
-            template = f"admin/{self.opts.app_label}/workflow/request_confirmation.html"
-            return TemplateResponse(request, template, context)
+            return confirmation(self, request, question, answer, page, workflow=obj)
         self._ask(request, kind, [obj.pk])
         return HttpResponseRedirect(page)
 

@@ -436,6 +436,13 @@ class Benchmark:
                 "priority": 0 if n % 20 else 10,
                 "run_after": created,
                 "trace_context": None,
+                # Not a workflow's job, never slept.
+                "workflow_id": None,
+                "node": "",
+                "waiting_on": 0,
+                "on_upstream_failure": "cancel",
+                "released_at": None,
+                "sleep_until": None,
             }
             yield tuple(values[name] for name in names)
 

@@ -44,8 +44,7 @@ class Command(BaseCommand):
         wf = Workflow("imports.nightly", idempotency_key="demo-nightly")
         fetch = wf.job("imports.fetch", {"day": "2026-12-01", "parts": 6}, name="fetch")
         parts = [
-            wf.job("imports.parse", {"part": i}, after=[fetch], name=f"parse-{i}")
-            for i in range(6)
+            wf.job("imports.parse", {"part": i}, after=[fetch], name=f"parse-{i}") for i in range(6)
         ]
         wf.job("imports.merge", {}, after=parts, name="merge")
         wf.job("imports.wait_a_little", {"seconds": 20}, after=[fetch], name="wait")

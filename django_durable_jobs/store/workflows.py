@@ -42,7 +42,7 @@ from ..rules import quotas, validation
 from ..rules.errors import DeadlineExceeded, IdempotencyConflict, InputInvalid, NotReclaimable
 from ..rules.graph import Graph, retry_to_come
 from ..rules.validation import loads_strict
-from ..rules.vocabulary import JobStatus, UpstreamFailure
+from ..rules.vocabulary import JobStatus, Ownership, UpstreamFailure, assess_ownership
 from . import capacity
 from . import client as client_room
 from .client import Client, require_caller_transaction, resolve_scope
@@ -462,12 +462,7 @@ _UNHELD = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.SLEEPING)
 
 def _expired(row: Job, now: datetime) -> bool:
     """True for a job whose owner's lease ran out with nobody to resume it yet."""
-    return (
-        row.status == JobStatus.RUNNING
-        and row.lease_expires_at is not None
-        and row.lease_expires_at <= now
-        and row.retry_requested_at is None
-    )
+    return assess_ownership(row, now) == Ownership.EXPIRED and row.retry_requested_at is None
 
 
 def retry(client: Client, workflow_id: Any, *, by: str = "") -> WorkflowAnswer:

@@ -14,7 +14,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from . import schedules
 from .database.dbvendor import has_immediate_transactions
-from .rules import conf, quotas, validation
+from .rules import conf, flow, quotas, registry, validation
 from .rules.conf import jobs_settings
 
 # False while ``runjobs --no-schedules`` runs the checks: a worker that runs no scheduler reads no
@@ -114,6 +114,24 @@ def check_settings(app_configs=None, **kwargs) -> list:
                 hint="See the schedules page of the documentation for the keys and their values. "
                 "Until it is fixed, runjobs --no-schedules runs jobs without the scheduler.",
                 id="durable_jobs.E014",
+            )
+        )
+    for name, spec in sorted(registry.all_operations().items()):
+        for problem in spec.flow.problems:
+            errors.append(
+                Error(
+                    f"Operation {name!r}: {problem}",
+                    hint="Fix its @operation(...) or @task(...) options; until then every "
+                    "submission of it is refused. See the flow control page of the documentation.",
+                    id="durable_jobs.E017",
+                )
+            )
+    for problem in flow.queue_flows(raw.get("QUEUES"))[1]:
+        errors.append(
+            Error(
+                problem,
+                hint='Write {"queue name": {"rate_limit": "10/s"}}; periods are s, m and h.',
+                id="durable_jobs.E018",
             )
         )
     resolver = raw.get("SCOPE_RESOLVER")

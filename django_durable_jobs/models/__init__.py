@@ -36,8 +36,10 @@ __all__ = [
     "Job",
     "JobAttempt",
     "JobDependency",
+    "JobPause",
     "JobStatus",
     "JobStep",
+    "RateBucket",
     "Schedule",
     "WorkerProcess",
     "Workflow",
@@ -91,6 +93,13 @@ class Job(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     # Set by ctx.sleep(): the time the job is due again (kept after it woke, as evidence).
     sleep_until = models.DateTimeField(null=True, blank=True)
+    # Flow control (docs/flow-control.md), computed from the input when the job is submitted:
+    # the key its operation's rate limit and concurrency limit count it under ("" for none),
+    # and, for an operation unique for a window, the key that window is about (its stored
+    # ``idempotency_key`` is then its own id, so an ended job never blocks a new one).
+    rate_key = models.CharField(max_length=KEY_MAX, blank=True, default="")
+    concurrency_key = models.CharField(max_length=KEY_MAX, blank=True, default="")
+    unique_key = models.CharField(max_length=KEY_MAX, null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -120,6 +129,11 @@ class Job(models.Model):
                 fields=["scope", "operation", "created_at", "id"], name="durable_jobs_page_idx"
             ),
             models.Index(fields=["created_at", "id"], name="durable_jobs_created_idx"),
+            # The window of an operation unique for a while: its latest job of a key.
+            models.Index(
+                fields=["unique_key", "scope", "operation", "created_at"],
+                name="durable_jobs_unique_key_idx",
+            ),
             # Not declared here: durable_jobs_completed_idx on (completed_at, status, operation,
             # queue), the overview's recent outcomes (docs/stats.md), is made by migration 0015,
             # partial (ended rows only, so a claim never writes to it; a full index cost the
@@ -174,6 +188,63 @@ class CapacityGate(models.Model):
 
     def __str__(self) -> str:
         return self.operation
+
+
+class JobPause(models.Model):
+    """A pause of a queue or an operation (in one scope, or in every scope): kept as evidence.
+
+    A pause is in force while ``active`` is True; resuming sets ``resumed_at``/``resumed_by``
+    and ``active`` to NULL, and the row stays. The unique constraint over ``active`` allows
+    one pause in force per target (NULLs are distinct on every database) and any number of
+    ended ones, without a partial index. ``scope`` is ``""`` for every scope.
+    """
+
+    class Target(models.TextChoices):
+        QUEUE = "queue"
+        OPERATION = "operation"
+
+    id = models.BigAutoField(primary_key=True)
+    target = models.CharField(max_length=16, choices=Target.choices)
+    name = models.CharField(max_length=NAME_MAX)
+    scope = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    paused_at = models.DateTimeField()
+    paused_by = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.CharField(max_length=NAME_MAX, blank=True, default="")
+    active = models.BooleanField(null=True, default=True)
+
+    class Meta:
+        ordering = ["-paused_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["target", "name", "scope", "active"], name="durable_jobs_one_pause"
+            ),
+        ]
+        permissions = [("pause_work", "Can pause and resume queues and operations")]
+
+    def __str__(self) -> str:
+        where = f" in scope {self.scope}" if self.scope else ""
+        return f"{self.target} {self.name}{where}"
+
+
+class RateBucket(models.Model):
+    """The sliding log of one rate limit's bucket: its recent starts, locked by each claim.
+
+    ``id`` is the SHA-256 of (``target``, ``name``, ``key``); ``starts`` the JSON list of the
+    start times (seconds since the epoch, ascending) still inside the window, at most N of
+    them (``rules.flow``). It holds bookkeeping, not evidence: the attempts are the evidence.
+    """
+
+    id = models.CharField(max_length=64, primary_key=True)
+    target = models.CharField(max_length=16)
+    name = models.CharField(max_length=NAME_MAX)
+    key = models.CharField(max_length=KEY_MAX, blank=True, default="")
+    starts = models.TextField(default="[]")
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.target} {self.name} {self.key}".strip()
 
 
 class JobAttempt(models.Model):

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import models
-from django.db.models import Case, F, Q, Subquery, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
 from ..rules.vocabulary import (
@@ -136,6 +136,14 @@ class JobQuerySet(models.QuerySet):
         first = self.order_by(*order).values("scope")[:1]
         return self.filter(scope=Coalesce(Subquery(following), Subquery(first)))
 
+    def paused(self) -> JobQuerySet:
+        """Rows a pause in force holds: of a paused queue or operation, in its scope or all."""
+        return self.filter(_pause_holds())
+
+    def unpaused(self) -> JobQuerySet:
+        """Rows no pause in force holds (a probe of the small pause table per candidate)."""
+        return self.filter(~_pause_holds())
+
     def in_claim_order(self) -> JobQuerySet:
         return self.order_by("-priority", "run_after", "created_at", "id")
 
@@ -176,3 +184,14 @@ class JobQuerySet(models.QuerySet):
     def with_ownership_state(self, state: str, now: datetime) -> JobQuerySet:
         """Return the rows whose ownership assessment is ``state``."""
         return self.with_ownership(now).filter(ownership_sql=state)
+
+
+def _pause_holds() -> Exists:
+    """True for a row that a pause in force holds (``JobPause``, docs/flow-control.md)."""
+    from . import JobPause
+
+    pauses = JobPause.objects.filter(active=True).filter(
+        Q(target=JobPause.Target.QUEUE, name=OuterRef("queue"))
+        | Q(target=JobPause.Target.OPERATION, name=OuterRef("operation"))
+    )
+    return Exists(pauses.filter(Q(scope="") | Q(scope=OuterRef("scope"))))

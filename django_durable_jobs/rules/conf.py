@@ -24,6 +24,8 @@ Defaults:
                         ``django_durable_jobs.schedules``.
 ``WORKFLOW_MAX_JOBS``   ``5_000`` — the most jobs one workflow may hold (``Workflow.submit()``
                         refuses more); from 1 to 100,000.
+``QUEUES``              ``{}`` — queue name → flow control of the whole queue:
+                        ``{"rate_limit": "N/s|m|h"}``; see ``django_durable_jobs.rules.flow``.
 
 ``manage.py check`` reports unknown keys and values of the wrong type (``durable_jobs.E00x``).
 """
@@ -49,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMIT_CACHE": "default",
     "SCHEDULES": {},
     "WORKFLOW_MAX_JOBS": 5_000,
+    "QUEUES": {},
 }
 
 
@@ -105,6 +108,11 @@ class JobsSettings:
     def SCHEDULES(self) -> dict[str, Any]:  # noqa: N802
         """Return the schedules as written; ``schedules.settings_schedules()`` checks them."""
         value = _raw("SCHEDULES")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def QUEUES(self) -> dict[str, Any]:  # noqa: N802
+        value = _raw("QUEUES")
         return value if isinstance(value, dict) else {}
 
     @property

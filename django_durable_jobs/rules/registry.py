@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import validation
+from .flow import NO_FLOW, Flow, declare
 from .errors import InputInvalid
 from .retry import RetryPolicy
 
@@ -24,6 +25,7 @@ class OperationSpec:
     timeout: float | None = None
     retry: RetryPolicy | None = None
     schedule: Any = None  # as declared; ``django_durable_jobs.schedules`` validates it
+    flow: Flow = NO_FLOW  # rate limit, concurrency per key, uniqueness (``rules.flow``)
 
 
 _registry: dict[str, OperationSpec] = {}
@@ -40,6 +42,12 @@ def operation(
     max_attempts: int | None = None,
     retry: Any = None,
     schedule: Any = None,
+    rate_limit: str | None = None,
+    rate_key: Callable[[Any], Any] | None = None,
+    max_running_per_key: int | None = None,
+    concurrency_key: Callable[[Any], Any] | None = None,
+    unique_while: str | None = None,
+    unique_for: Any = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the executor of operation ``name``.
 
@@ -53,15 +61,29 @@ def operation(
     entry (``operation`` excepted). It is validated with the other declared schedules, by
     ``manage.py check`` (``durable_jobs.E014``) and when ``runjobs`` starts; see
     ``django_durable_jobs.schedules``.
+
+    Flow control (docs/flow-control.md): ``rate_limit="N/s|m|h"`` (per key of the input with
+    ``rate_key=callable``), ``max_running_per_key=N`` with ``concurrency_key=callable``, and
+    ``unique_while="active"`` or ``unique_for=timedelta``. A bad one is reported by
+    ``manage.py check`` (``durable_jobs.E017``) and refuses every submission; it does not fail
+    the import.
     """
     validation.operation(name)
     _check_options(on_expired, max_running, timeout)
     policy = RetryPolicy.from_options(max_attempts, retry)
+    flow = declare(
+        rate_limit=rate_limit,
+        rate_key=rate_key,
+        max_running_per_key=max_running_per_key,
+        concurrency_key=concurrency_key,
+        unique_while=unique_while,
+        unique_for=unique_for,
+    )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(func):
             raise InputInvalid(f"@operation({name!r}) decorates a function; got {func!r}.")
-        spec = OperationSpec(name, func, on_expired, max_running, timeout, policy, schedule)
+        spec = OperationSpec(name, func, on_expired, max_running, timeout, policy, schedule, flow)
         with _lock:
             existing = _registry.get(name)
             if existing is not None and existing.func is not func:
@@ -82,6 +104,7 @@ def register_task(
     max_running: int | None = None,
     timeout: float | None = None,
     retry: Any = None,
+    flow: Flow = NO_FLOW,
 ) -> None:
     """Register a Django task (by its module path) as an operation run by ``executor``.
 
@@ -90,7 +113,8 @@ def register_task(
     """
     validation.operation(path)
     _check_options(on_expired, max_running, timeout)
-    spec = OperationSpec(path, executor, on_expired, max_running, timeout, RetryPolicy.of(retry))
+    policy = RetryPolicy.of(retry)
+    spec = OperationSpec(path, executor, on_expired, max_running, timeout, policy, flow=flow)
     with _lock:
         existing = _registry.get(path)
         if existing is not None and _task_funcs.get(path) is not task_func:

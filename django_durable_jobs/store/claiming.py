@@ -97,8 +97,10 @@ def claim_batch(
         return []  # no operation or no queue to claim from: nothing (SQL has no empty IN)
 
     def candidates(now: datetime):
-        base = fence.epoch_can_advance(client_room.jobs(client)).filter(
-            attempts__lt=validation.ATTEMPTS_MAX
+        base = (
+            fence.epoch_can_advance(client_room.jobs(client))
+            .filter(attempts__lt=validation.ATTEMPTS_MAX)
+            .unpaused()
         )
         if ops is not None:
             base = base.filter(operation__in=ops)

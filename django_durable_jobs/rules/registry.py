@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import validation
-from .flow import NO_FLOW, Flow, declare
 from .errors import InputInvalid
+from .flow import NO_FLOW, Flow, declare
 from .retry import RetryPolicy
 
 ON_EXPIRED_CHOICES = ("resume", "hold")

@@ -443,6 +443,10 @@ class Benchmark:
                 "on_upstream_failure": "cancel",
                 "released_at": None,
                 "sleep_until": None,
+                # No flow-control keys: no rate limit, no concurrency key, no window.
+                "rate_key": "",
+                "concurrency_key": "",
+                "unique_key": None,
             }
             yield tuple(values[name] for name in names)
 

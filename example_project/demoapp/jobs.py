@@ -78,3 +78,23 @@ def wait_a_little(ctx, payload):
         ctx.checkpoint({"slept": True})
         ctx.sleep(float(payload.get("seconds", 20)))
     return {"woke": True}
+
+
+# -- flow control: a rate limit and one-at-a-time per customer (see Flow control) ----------------
+
+
+@operation("payments.charge", rate_limit="2/s")
+def charge(ctx, payload):
+    """Call a payment provider that allows two calls a second, whatever the number of workers."""
+    return {"charged": payload["amount"], "customer": payload["customer"]}
+
+
+@operation(
+    "crm.sync_customer",
+    max_running_per_key=1,
+    concurrency_key=lambda payload: payload["customer"],
+)
+def sync_customer(ctx, payload):
+    """Sync one customer's records; two syncs of one customer never run at once."""
+    time.sleep(float(payload.get("seconds", 2)))
+    return {"customer": payload["customer"]}

@@ -31,6 +31,7 @@ class Command(BaseCommand):
         ]
         for job in jobs:
             self.stdout.write(f"submitted {job.operation:<22} {job.pk}")
+        self.submit_flow_controlled()
         self.submit_workflow()
         if django.VERSION >= (6, 0):
             self.enqueue_task(user.pk)
@@ -38,6 +39,14 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Django {django.get_version()} has no django.tasks: no @task sample enqueued"
             )
+
+    def submit_flow_controlled(self) -> None:
+        """Submit work that flow control holds back: a rate limit and one sync per customer."""
+        for n in range(10):
+            submit("payments.charge", {"customer": f"c-{n % 3}", "amount": 10 + n})
+        for n in range(4):
+            submit("crm.sync_customer", {"customer": "acme" if n % 2 else "globex", "n": n})
+        self.stdout.write("submitted 10 payments.charge (2/s) and 4 crm.sync_customer (1 per key)")
 
     def submit_workflow(self) -> None:
         """Submit a fan-out/fan-in import; its key makes a rerun return the same workflow."""

@@ -10,6 +10,7 @@ Django ignores command modules whose name starts with ``_``, so this one is no c
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -148,10 +149,10 @@ def _report(change: PauseChange, verb: str) -> dict[str, Any]:
             f"`manage.py jobs resume --id {pause.pk}`; running jobs finish."
         )
     elif verb == "pause":
+        since = pause.paused_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         message = (
-            f"{what[0].upper()}{what[1:]} was already paused, since {pause.paused_at:%Y-%m-%d "
-            f"%H:%M:%S} UTC by {pause.paused_by or 'someone unrecorded'} (pause {pause.pk}); "
-            f"nothing changed."
+            f"{what[0].upper()}{what[1:]} was already paused, since {since} UTC by "
+            f"{pause.paused_by or 'someone unrecorded'} (pause {pause.pk}); nothing changed."
         )
     elif change.changed:
         message = f"Resumed {what} (pause {pause.pk}): its pending jobs are claimed again."

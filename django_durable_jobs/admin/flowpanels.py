@@ -35,8 +35,13 @@ def flow_panels(snapshot: stats.Snapshot, site: str, jobs_url: str, pauser: bool
     for limit in flow.limits:
         params = {f"{limit.target}__exact": limit.name, "status__exact": JobStatus.PENDING}
         limits.append({"limit": limit, "jobs_url": f"{jobs_url}?{urlencode(params)}"})
+    paused_queues = {}
+    for p in flow.pauses:
+        if p.target == "queue":
+            paused_queues.setdefault(p.name, []).append(p.scope or "every scope")
     return {
         "flow": flow,
+        "paused_queues": {q: ", ".join(scopes) for q, scopes in paused_queues.items()},
         "flow_pauses": pauses,
         "flow_limits": limits,
         "may_pause": pauser,

@@ -27,7 +27,7 @@ from ..rules.conf import jobs_settings
 from ..rules.errors import JobError
 from ..store import DurableJobStore, PauseChange
 from . import format as fmt
-from .base import ReadOnlyAdmin
+from .base import WIDE, ReadOnlyAdmin
 
 PERMISSION = "durable_jobs.pause_work"
 TARGET_WORDS = {"queue": "queue", "operation": "operation"}
@@ -58,6 +58,23 @@ def change_message(change: PauseChange, verb: str) -> str:
     return f"The pause of {what} had already ended; nothing changed."
 
 
+class InForceFilter(admin.SimpleListFilter):
+    """In force (``active`` True) or resumed (``active`` NULL)."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return (("in-force", "in force"), ("resumed", "resumed"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "in-force":
+            return queryset.filter(active=True)
+        if self.value() == "resumed":
+            return queryset.filter(active__isnull=True)
+        return queryset
+
+
 @admin.register(JobPause)
 class JobPauseAdmin(ReadOnlyAdmin):
     """The pauses, newest first: evidence of who held what back, when, why, and who resumed it."""
@@ -73,7 +90,7 @@ class JobPauseAdmin(ReadOnlyAdmin):
         "resumed_at",
         "resumed_by",
     )
-    list_filter = ("target", ("active", admin.EmptyFieldListFilter))
+    list_filter = ("target", InForceFilter)
     search_fields = ("name", "reason", "paused_by", "resumed_by")
     ordering = ("-paused_at", "-id")
     fields = (
@@ -91,6 +108,9 @@ class JobPauseAdmin(ReadOnlyAdmin):
 
     def has_view_permission(self, request, obj=None) -> bool:
         return may_pause(request) or super().has_view_permission(request, obj)
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {**(extra_context or {}), **WIDE})
 
     @admin.display(description="state", ordering="active")
     def state(self, obj: JobPause):

@@ -22,7 +22,7 @@ from django.db import IntegrityError, connections
 from django.db.models import Q
 
 from ..database.dbvendor import lock_for_update, notify_work
-from ..database.transactions import bounded_atomic, refuse_caller_transaction
+from ..database.transactions import bounded_atomic
 from ..models import Job, JobPause
 from ..rules import validation
 from ..rules.errors import InputInvalid, ScopeMismatch
@@ -71,7 +71,6 @@ def pause(
     target, name, scope = _target(client, target, name, scope)
     reason = _reason(reason)
     by = _by(client, by)
-    refuse_caller_transaction(client.using)
     try:
         with bounded_atomic(client.using):
             existing = _in_force(client, target, name, scope).first()

@@ -3,6 +3,7 @@ concurrent pauses of the same thing leaving exactly one pause in force."""
 
 from __future__ import annotations
 
+import json
 import threading
 from io import StringIO
 
@@ -68,3 +69,53 @@ def test_concurrent_pauses_of_the_same_queue_leave_one_in_force():
     assert errors == []
     assert sorted(changes) == [False, False, False, True]
     assert JobPause.objects.filter(active=True).count() == 1
+
+
+def test_a_full_queue_rate_limit_counts_its_due_jobs_as_limited_and_paused_ones_as_paused():
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.test import override_settings
+    from django.utils import timezone
+
+    from django_durable_jobs.models import RateBucket
+    from django_durable_jobs.rules import flow
+
+    store = DurableJobStore()
+    for n in range(3):
+        store.defer("demo.op", submission({"n": n}), queue="sms")
+    store.defer(
+        "demo.op", submission({"n": 5}), queue="sms", run_after=timezone.now() + timedelta(hours=1)
+    )
+    store.defer("demo.other", submission({"n": 6}), queue="sms")
+    store.pause("operation", "demo.other")  # paused: counted as paused, not as limited
+    now = timezone.now()
+    RateBucket.objects.create(
+        id=flow.bucket_id("queue", "sms"),
+        target="queue",
+        name="sms",
+        starts=json.dumps([(now - timedelta(seconds=s)).timestamp() for s in (20, 10)]),
+    )
+    queues = {"sms": {"rate_limit": "2/m"}}
+    with override_settings(
+        DURABLE_JOBS={**getattr(settings, "DURABLE_JOBS", {}), "QUEUES": queues}
+    ):
+        snap = stats.snapshot().flow
+        metrics = exposition().decode()
+    (limit,) = snap.limits
+    assert (limit.target, limit.name, limit.kind, limit.limit) == (
+        "queue",
+        "sms",
+        "rate_limit",
+        "2/m",
+    )
+    assert (limit.held, snap.limited_jobs, snap.paused_jobs) == (3, 3, 1)
+    (key,) = limit.keys
+    assert key.detail == "2 started in the last 60 s" and key.until is not None
+    assert 'durable_jobs_limited_jobs{kind="rate_limit",name="sms",target="queue"} 3.0' in metrics
+
+    RateBucket.objects.update(starts="[]")  # the window is empty again: room for 2 of the 3
+    with override_settings(
+        DURABLE_JOBS={**getattr(settings, "DURABLE_JOBS", {}), "QUEUES": queues}
+    ):
+        assert stats.snapshot().flow.limited_jobs == 1

@@ -10,7 +10,9 @@ Django's admin autodiscovery imports this package, which registers the pages:
 - :mod:`.attempts` and :mod:`.workers`: the attempt history and the ``runjobs`` processes;
 - :mod:`.schedules`: the recurring jobs declared in code, paused and resumed;
 - :mod:`.tokens`: the REST API's bearer tokens, created (shown once) and revoked;
-- :mod:`.workflows`: workflows, drawn as graphs (:mod:`.graph`), cancelled and retried whole.
+- :mod:`.workflows`: workflows, drawn as graphs (:mod:`.graph`), cancelled and retried whole;
+- :mod:`.pauses`: the history of pauses, pausing and resuming queues and operations (the
+  dashboard's panels are :mod:`.flowpanels`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .filters import (
 )
 from .jobs import JobAdmin, JobChangeList
 from .paginator import EstimatedCountPaginator
+from .pauses import JobPauseAdmin, PauseActions
 from .schedules import ScheduleAdmin
 from .tokens import ApiTokenAdmin
 from .workers import WorkerProcessAdmin
@@ -45,8 +48,10 @@ __all__ = [
     "JobAttemptAdmin",
     "JobAttemptInline",
     "JobChangeList",
+    "JobPauseAdmin",
     "OperationFilter",
     "OwnershipFilter",
+    "PauseActions",
     "QueueFilter",
     "ReadOnlyAdmin",
     "RequestActions",

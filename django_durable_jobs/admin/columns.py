@@ -22,6 +22,10 @@ from .jobpage import attempt_of
 NAME_CHARS = 24
 
 
+PAUSED_COLOUR = "#e67e22"
+PAUSED_TITLE = "A pause in force holds its queue or operation: no worker claims it until resumed."
+
+
 class JobColumns:
     """The columns of the job list, and the few fields the job page shares with it."""
 
@@ -41,6 +45,8 @@ class JobColumns:
         badges = fmt.status_badge(obj.status)
         if ownership not in (Ownership.TERMINAL, Ownership.UNCLAIMED, Ownership.CURRENT):
             badges = format_html("{} {}", badges, fmt.ownership_badge(ownership))
+        if getattr(obj, "paused_now", False):
+            badges = format_html("{} {}", badges, fmt.badge("paused", PAUSED_COLOUR, PAUSED_TITLE))
         progress = ""
         if obj.status == JobStatus.RUNNING or (obj.progress and obj.status != JobStatus.COMPLETE):
             progress = format_html(

@@ -30,6 +30,8 @@ from ..rules.conf import jobs_settings
 from ..rules.vocabulary import JobStatus, Ownership
 from . import charts
 from .base import ReadOnlyAdmin
+from .flowpanels import flow_panels
+from .pauses import may_pause
 
 # The cells of a row of the "now" tables, in order: (heading, status, ownership). Live rows
 # (pending, a workflow's waiting jobs, sleeping, running) are counted now, by their ownership;
@@ -76,7 +78,7 @@ class DashboardAdmin(ReadOnlyAdmin):
             raise PermissionDenied
         context = {
             **self.admin_site.each_context(request),
-            **panels(stats.snapshot(scope=None), self.admin_site.name),
+            **panels(stats.snapshot(scope=None), self.admin_site.name, may_pause(request)),
             "opts": self.opts,
             "title": "Dashboard",
             "refresh_seconds": self.refresh_seconds,
@@ -104,8 +106,11 @@ class DashboardAdmin(ReadOnlyAdmin):
         )
 
 
-def panels(snapshot: stats.Snapshot, site: str = "admin") -> dict:
-    """Return the template context of the dashboard's panels for ``snapshot``."""
+def panels(snapshot: stats.Snapshot, site: str = "admin", pauser: bool = False) -> dict:
+    """Return the template context of the dashboard's panels for ``snapshot``.
+
+    ``pauser``: the user may pause and resume (``durable_jobs.pause_work``): show the buttons.
+    """
     jobs_url = reverse(f"{site}:durable_jobs_job_changelist")
     workers_url = reverse(f"{site}:durable_jobs_workerprocess_changelist")
     return {
@@ -126,6 +131,7 @@ def panels(snapshot: stats.Snapshot, site: str = "admin") -> dict:
         "workers_states": _worker_states(snapshot.workers, workers_url),
         "paused": snapshot.schedules.paused_schedules,
         "charts": _charts(snapshot),
+        **flow_panels(snapshot, site, jobs_url, pauser),
     }
 
 

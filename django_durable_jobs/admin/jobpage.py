@@ -19,6 +19,7 @@ from django.http import Http404, HttpResponse, HttpResponseNotAllowed, HttpRespo
 from django.urls import path, reverse
 from django.utils import timezone
 
+from .. import stats
 from ..formatting.humanize import relative
 from ..models import Job, JobAttempt, WorkerProcess
 from ..rules import registry
@@ -375,6 +376,7 @@ class JobPage:
             "job_attempts_ended": ended,
             "job_timeline_cut": ended > TIMELINE_ATTEMPTS,
             "job_waiting_notice": unregistered_notice(obj, using, now),
+            "job_held_back": stats.held_back(obj, now, using),
             "job_buttons": buttons(
                 obj,
                 now,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, OuterRef, Subquery, Value, When
+from django.db.models import Case, Exists, OuterRef, Subquery, Value, When
 from django.db.models.functions import Substr
 from django.http import Http404, HttpResponse
 from django.urls import path, reverse
@@ -36,6 +36,7 @@ from .filters import (
 )
 from .jobpage import JobPage
 from .paginator import EstimatedCountPaginator
+from .pauses import PauseActions
 
 # The payload columns the raw view serves, as stored.
 RAW_FIELDS = ("proposal", "checkpoint", "result")
@@ -96,7 +97,7 @@ def _worker_column(field: str) -> Subquery:
 
 
 @admin.register(Job)
-class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
+class JobAdmin(JobColumns, JobPage, RequestActions, PauseActions, ReadOnlyAdmin):
     list_display = (
         "short_id",
         "state",
@@ -123,7 +124,7 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
     list_per_page = 100
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-    actions = ["request_cancellation", "request_retry"]
+    actions = ["request_cancellation", "request_retry", "pause_operations_or_queues"]
     # The attempts are the page's timeline (``jobpage.timeline``), above the fields.
     fieldsets = (
         (
@@ -218,6 +219,10 @@ class JobAdmin(JobColumns, JobPage, RequestActions, ReadOnlyAdmin):
                 worker_heartbeat_at=_worker_column("heartbeat_at"),
                 worker_stopped_at=_worker_column("stopped_at"),
                 worker_lease_seconds=_worker_column("lease_seconds"),
+                # True for a pending job a pause in force holds (the claim's rule, querysets).
+                paused_now=Exists(
+                    Job.objects.filter(pk=OuterRef("pk"), status=JobStatus.PENDING).paused()
+                ),
             )
         )
 

@@ -24,6 +24,7 @@ from ninja.parser import Parser
 from .. import __version__
 from .errors import install_error_handlers, json_error_urls
 from .parser import JobsParser
+from .pauses import list_pauses as _registers_the_pause_endpoints  # noqa: F401
 from .routes import router
 from .schedules import in_scope as _registers_the_schedule_endpoints  # noqa: F401
 from .workflows import submit_workflow as _registers_the_workflow_endpoints  # noqa: F401

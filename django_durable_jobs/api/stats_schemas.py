@@ -116,6 +116,40 @@ class AttentionOut(Schema):
     params: dict[str, str] = Field(description="The admin job list's filter that shows them.")
 
 
+class PauseInForceOut(Schema):
+    id: int
+    target: str
+    name: str
+    scope: str = Field(description='The scope it holds; "" for every scope.')
+    reason: str
+    paused_at: datetime
+    paused_by: str
+    held: int = Field(description="Pending jobs it holds now.")
+
+
+class HeldKeyOut(Schema):
+    key: str = Field(description='The key at its limit ("" for a limit without keys).')
+    held: int
+    detail: str
+    until: datetime | None = Field(description="A rate limit: when its next start may be.")
+
+
+class LimitOut(Schema):
+    target: str
+    name: str
+    kind: str = Field(description="rate_limit or max_running_per_key.")
+    limit: str
+    held: int = Field(description="Pending, due, unpaused jobs it holds back now.")
+    keys: list[HeldKeyOut]
+
+
+class FlowOut(Schema):
+    paused_jobs: int = Field(description="Pending jobs a pause in force holds.")
+    limited_jobs: int = Field(description="Due, unpaused pending jobs a limit holds back now.")
+    pauses: list[PauseInForceOut]
+    limits: list[LimitOut]
+
+
 class StatsOut(Schema):
     taken_at: datetime
     scope: str | None
@@ -131,3 +165,7 @@ class StatsOut(Schema):
     operations_last_hour: list[OperationOut]
     attempt_sample: int = Field(description="Attempts read for the last hour's durations.")
     attention: list[AttentionOut]
+    flow: FlowOut | None = Field(
+        default=None,
+        description="Pauses in force and declared limits, with the pending jobs each holds back.",
+    )

@@ -139,6 +139,9 @@ def gauges(taken: Any) -> Iterator[GaugeMetricFamily]:
         f"{PREFIX}_schedules_paused", "Schedules paused now.", value=taken.schedules.paused
     )
 
+    if taken.flow is not None:
+        yield from _flow_gauges(taken.flow)
+
     attention = GaugeMetricFamily(
         f"{PREFIX}_attention_jobs",
         "Jobs that need a person, by kind (the dashboard's list).",
@@ -147,6 +150,27 @@ def gauges(taken: Any) -> Iterator[GaugeMetricFamily]:
     for item in taken.attention:
         attention.add_metric([item.kind], item.count)
     yield attention
+
+
+def _flow_gauges(flow: Any) -> Iterator[GaugeMetricFamily]:
+    """Yield the flow-control gauges: paused and limited pending jobs, pauses in force."""
+    yield GaugeMetricFamily(
+        f"{PREFIX}_paused_jobs",
+        "Pending jobs that a pause in force holds (of a paused queue or operation).",
+        value=flow.paused_jobs,
+    )
+    yield GaugeMetricFamily(
+        f"{PREFIX}_pauses_in_force", "Queues and operations paused now.", value=len(flow.pauses)
+    )
+    limited = GaugeMetricFamily(
+        f"{PREFIX}_limited_jobs",
+        "Due, unpaused pending jobs that a rate limit or a concurrency-per-key limit holds back "
+        "now, by limit (kind, target and name).",
+        labels=["kind", "target", "name"],
+    )
+    for limit in flow.limits:
+        limited.add_metric([limit.kind, limit.target, limit.name], limit.held)
+    yield limited
 
 
 def exposition(*, scope: str | None = None, using: str | None = None) -> bytes:

@@ -19,6 +19,7 @@ from ..rules import validation
 from ..rules.conf import jobs_settings
 from . import jobs as job_stats
 from .attention import KINDS, TITLES, attention_jobs
+from .flow import FlowStats, HeldKey, LimitInForce, PauseInForce, flow_stats, held_back
 from .values import (
     AttentionItem,
     HistoryBucket,
@@ -37,6 +38,10 @@ from .workers import holdings, lease_values, worker_stats
 
 __all__ = [
     "AttentionItem",
+    "FlowStats",
+    "HeldKey",
+    "LimitInForce",
+    "PauseInForce",
     "HistoryBucket",
     "JobCount",
     "OperationStats",
@@ -49,6 +54,7 @@ __all__ = [
     "WorkerRow",
     "WorkerStats",
     "attention_jobs",
+    "held_back",
     "snapshot",
 ]
 
@@ -89,6 +95,7 @@ def snapshot(
         operations_last_hour=tuple(job_stats.operation_stats(terminal, sample)),
         attempt_sample=len(sample),
         attention=tuple(_attention(kind, scope, using, now, leases) for kind in KINDS),
+        flow=flow_stats(jobs, using, scope, now),
     )
 
 

@@ -171,6 +171,9 @@ class Snapshot:
     operations_last_hour: tuple[OperationStats, ...]
     attempt_sample: int
     attention: tuple[AttentionItem, ...]
+    # Pauses in force and declared limits, with the pending jobs each holds back
+    # (``stats.flow.FlowStats``); None only for a snapshot built by hand.
+    flow: Any = None
 
     def as_dict(self) -> dict[str, Any]:
         """Return the snapshot as JSON-ready data: ISO 8601 times, seconds as floats."""

@@ -41,11 +41,13 @@ from ..schedules import ScheduleSpec
 from . import atomic, claiming, ending, reads, requests, schedules, submitting, ticks, workers
 from . import clock as clock_room
 from . import leases as lease_room
+from . import pauses as pause_room
 from . import steps as step_room
 from . import workflows as workflow_room
 from .client import Client
 from .clock import ClockReading
 from .fence import assert_write_fence, completed_by
+from .pauses import PauseChange, PauseNotFound
 from .schedules import Reconciliation, ScheduleNotFound
 from .submitting import MAX_SUBMISSIONS
 from .ticks import MISSED_AFTER, TickPass
@@ -64,6 +66,8 @@ __all__ = [
     "Identity",
     "Lease",
     "PageQuery",
+    "PauseChange",
+    "PauseNotFound",
     "Reconciliation",
     "RequestResult",
     "ScheduleNotFound",
@@ -490,6 +494,43 @@ class DurableJobStore:
         decides which of them are still enqueued.
         """
         return schedules.resume(self._client, name)
+
+    def pause(
+        self,
+        target: str,
+        name: str,
+        *,
+        scope: str | None = None,
+        reason: str = "",
+        by: str | None = None,
+    ) -> PauseChange:
+        """Pause a queue or an operation (``target``), in ``scope`` or (``""``) every scope.
+
+        Commits before it returns: from then on no worker claims the work it holds, which stays
+        pending. Pausing what is already paused returns the pause in force (``changed`` False).
+        ``by`` defaults to this store's actor. See ``store/pauses.py``.
+        """
+        return pause_room.pause(self._client, target, name, scope=scope, reason=reason, by=by)
+
+    def resume(
+        self,
+        target: str | None = None,
+        name: str | None = None,
+        *,
+        scope: str | None = None,
+        pause_id: int | None = None,
+        by: str | None = None,
+    ) -> PauseChange:
+        """End the pause in force of a queue or operation (or the pause ``pause_id``).
+
+        The row is kept as evidence (``active`` NULL, ``resumed_at``, ``resumed_by``); on
+        PostgreSQL idle workers are woken at once. Nothing in force: ``PauseNotFound``.
+        """
+        return pause_room.resume(self._client, target, name, scope=scope, pause_id=pause_id, by=by)
+
+    def pauses(self, *, active: bool | None = True, limit: int = 100) -> builtins.list:
+        """Return the pauses in force (``active=None``: with the ended ones), newest first."""
+        return pause_room.list_pauses(self._client, active=active, limit=limit)
 
     def reconcile_schedules(
         self, declared: Mapping[str, ScheduleSpec], owner_id: str | None = None

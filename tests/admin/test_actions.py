@@ -168,7 +168,8 @@ def test_the_retry_banner_appears_after_the_action(root, jobs):
 
 
 def test_superuser_is_offered_both_actions_and_no_delete(root, jobs):
-    assert offered_actions(root) == {"request_cancellation", "request_retry"}
+    offered = {"request_cancellation", "request_retry", "pause_operations_or_queues"}
+    assert offered_actions(root) == offered
 
 
 def test_staff_without_cancel_permission_can_neither_see_nor_run_cancellation(

@@ -35,6 +35,9 @@ EXPECTED = {
     ("/jobs/api/schedules/{name}", "get"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/schedules/{name}/pause", "post"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/schedules/{name}/resume", "post"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/pauses", "get"): {"200", "401", "403", "404", "422"},
+    ("/jobs/api/pauses", "post"): {"200", "201", "401", "403", "404", "422"},
+    ("/jobs/api/pauses/{pause_id}/resume", "post"): {"200", "401", "403", "404", "422"},
     ("/jobs/api/workflows", "post"): {
         "200",
         "201",

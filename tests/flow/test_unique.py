@@ -11,6 +11,7 @@ database: one job per key, a new job after the first ended, a conflicting input 
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -255,6 +256,25 @@ def test_six_submitters_of_one_key_with_different_input_one_wins(db_settings_env
     assert sorted(o.get("code") for o in outcomes if o not in won) == [CONFLICT] * 5, outcomes
     (job,) = Job.objects.all()
     assert str(job.pk) == won[0]["job_id"] and job.unique_key == "k"
+
+
+def test_submitters_whose_transaction_read_first_still_see_the_holder(db_settings_env):
+    # Half submit at once, half inside a transaction whose snapshot began before the others
+    # committed (REPEATABLE READ on MariaDB): one job all the same.
+    racers = _racers(None, [{"n": 1}] * 3)
+    with (
+        UniqueChildren(db_settings_env, "submit_after_a_read", racers) as late,
+        UniqueChildren(db_settings_env, "defer", racers) as early,
+    ):
+        for child in late.children + early.children:
+            assert child.read() == {"ready": True}
+        start_at = time.time() + 0.2
+        for child in late.children + early.children:
+            child.send(f"go {start_at!r}")
+        outcomes = [child.read() for child in late.children + early.children]
+    assert all("job_id" in outcome for outcome in outcomes), outcomes
+    assert len({outcome["job_id"] for outcome in outcomes}) == 1, outcomes
+    assert Job.objects.count() == 1
 
 
 def test_submit_many_racers_over_shared_keys_in_any_order_make_one_job_per_key(db_settings_env):

@@ -14,6 +14,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from tests import race_child
@@ -42,7 +43,36 @@ def _prepare_submit_many(args: dict[str, Any]):
     return run
 
 
-RACES = {"defer": _prepare_defer, "submit_many": _prepare_submit_many}
+def _prepare_submit_after_a_read(args: dict[str, Any]):
+    """``submit()`` in the caller's transaction, after a read that began its snapshot.
+
+    On MariaDB the session runs REPEATABLE READ, where a plain SELECT after the gate would read
+    that old snapshot and miss a job committed meanwhile; the uniqueness look must not.
+    """
+    from django.db import connection, transaction
+
+    from django_durable_jobs import submit
+    from django_durable_jobs.models import Job
+
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+    def run() -> dict[str, Any]:
+        with transaction.atomic():
+            Job.objects.filter(operation=args["operation"]).count()  # the snapshot starts here
+            time.sleep(0.3)  # the other racers commit meanwhile
+            job = submit(args["operation"], args["payload"], idempotency_key=args["key"])
+        return {"job_id": str(job.pk), "status": job.status}
+
+    return run
+
+
+RACES = {
+    "defer": _prepare_defer,
+    "submit_many": _prepare_submit_many,
+    "submit_after_a_read": _prepare_submit_after_a_read,
+}
 
 
 class UniqueChild(race_child.Child):

@@ -247,6 +247,18 @@ def test_six_submitters_of_one_input_make_one_job(db_settings_env):
     assert Job.objects.count() == 2
 
 
+def test_six_submitters_within_unique_for_make_one_job_even_after_it_ended(db_settings_env):
+    racers = [{"operation": ops.WINDOW, "key": "w", "payload": {"n": 1}}] * 6
+    with UniqueChildren(db_settings_env, "defer", racers) as children:
+        outcomes = children.race()
+    assert len({outcome.get("job_id") for outcome in outcomes}) == 1, outcomes
+    _end(Job.objects.get())
+    with UniqueChildren(db_settings_env, "defer", racers) as children:
+        again = children.race()
+    assert {outcome.get("job_id") for outcome in again} == {outcomes[0]["job_id"]}, again
+    assert Job.objects.count() == 1
+
+
 def test_six_submitters_of_one_key_with_different_input_one_wins(db_settings_env):
     payloads = [{"n": n} for n in range(6)]
     with UniqueChildren(db_settings_env, "defer", _racers("k", payloads)) as children:

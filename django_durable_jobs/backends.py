@@ -43,6 +43,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from .rules import registry
 from .rules.conf import jobs_settings
 from .rules.errors import InputInvalid
+from .rules.flow import declare
 from .rules.jsontext import MAX_JSON_DEPTH, object_depth_exceeds
 from .rules.retry import RetryPolicy
 from .rules.validation import loads_strict
@@ -64,6 +65,12 @@ class DurableTask(Task):
     expired lease; ``max_running``: jobs of this task running at once; ``idempotency_key``: a
     string, or a callable of the task's arguments returning one, so that the same logical task
     enqueued twice runs once.
+
+    Flow control (see the flow control page of the documentation): ``rate_limit="N/s|m|h"``
+    with an optional ``rate_key``; ``max_running_per_key=N`` with ``concurrency_key``;
+    ``unique_while="active"`` or ``unique_for=timedelta(...)``. The key functions are called
+    with the task's arguments, like a callable ``idempotency_key``. A bad declaration is
+    reported by ``manage.py check`` (``durable_jobs.E017``) and refuses every ``enqueue()``.
     """
 
     max_attempts: int | None = None
@@ -72,6 +79,12 @@ class DurableTask(Task):
     on_expired: str = "hold"
     max_running: int | None = None
     idempotency_key: str | Callable[..., str] | None = None
+    rate_limit: str | None = None
+    rate_key: Callable[..., Any] | None = None
+    max_running_per_key: int | None = None
+    concurrency_key: Callable[..., Any] | None = None
+    unique_while: str | None = None
+    unique_for: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -430,7 +443,29 @@ def _spec_options(task: Task) -> dict[str, Any]:
         "max_running": task.max_running,
         "timeout": task.timeout,
         "retry": retry,
+        "flow": declare(
+            rate_limit=task.rate_limit,
+            rate_key=_of_arguments(task.rate_key),
+            max_running_per_key=task.max_running_per_key,
+            concurrency_key=_of_arguments(task.concurrency_key),
+            unique_while=task.unique_while,
+            unique_for=task.unique_for,
+        ),
     }
+
+
+def _of_arguments(function: Any) -> Any:
+    """Return a key function of the stored input that calls ``function`` with the arguments.
+
+    Anything not callable is returned as it is, for the declaration to report.
+    """
+    if not callable(function):
+        return function
+
+    def of_input(payload: dict[str, Any]) -> Any:
+        return function(*payload["args"], **payload["kwargs"])
+
+    return of_input
 
 
 def _arguments(args: Any, kwargs: Any) -> dict[str, Any]:

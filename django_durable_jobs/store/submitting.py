@@ -5,6 +5,11 @@ key is taken instead of failing on it, so no savepoint is needed; the rows holdi
 then read and judged: the same proposal bytes return the earlier job unchanged, different bytes
 are an ``IdempotencyConflict``.
 
+An operation's flow control (``rules.flow``) applies on every path: a bad declaration refuses
+the submission before any SQL; its rate and concurrency keys are computed from each input; and
+an operation unique for a window coalesces a submission with the job holding its unique key
+(:mod:`.uniqueness`) instead of by idempotency key.
+
 ``defer`` and ``defer_many`` submit pending work. ``insert`` is *submit and claim at once*: the
 job is created running, owned by this client (epoch 1, attempt 1), for callers that run it now.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,12 +27,14 @@ from django.db import transaction
 from ..database.transactions import bounded_atomic, check_execution, refuse_caller_transaction
 from ..models import Job
 from ..observability import tracing
+from ..rules import flow as flows
 from ..rules import quotas, validation
 from ..rules.errors import CapacityReached, IdempotencyConflict, InputInvalid, JobError
 from ..rules.execution import Execution
+from ..rules.flow import NO_FLOW, Flow
 from ..rules.values import Lease, Submission
 from ..rules.vocabulary import JobStatus, Ownership, proposal_sha256
-from . import capacity
+from . import capacity, uniqueness
 from .client import Client, annotate, check_identity, now, require_caller_transaction, resolve_scope
 from .sql.submit import NewJob, submit
 
@@ -48,7 +56,8 @@ def insert(
     submission: nothing is claimed or run then. Capacity is checked after coalescing, atomically.
     """
     op = validation.operation(operation)
-    scope, new = _new_job(client, submission, job_id)
+    flow = _flow(op)
+    scope, new = _new_job(client, submission, job_id, flow=flow)
     cap = capacity.operation_cap(op, max_running)
     # The rate counted is given back if anything refuses or fails, the COMMIT included.
     with (
@@ -57,7 +66,11 @@ def insert(
         bounded_atomic(client.using),
     ):
         at = now(client)
-        if (earlier := _existing(client, op, scope, new.key, new.proposal)) is not None:
+        if new.unique_key is not None:
+            earlier = uniqueness.held_one(client.using, op, flow, scope, new, at)
+        else:
+            earlier = _existing(client, op, scope, new.key, new.proposal)
+        if earlier is not None:
             sending.sent(earlier.pk, earlier.trace_context)
             return None
         capacity.require_operation_room(client, op, cap)
@@ -90,7 +103,16 @@ def insert(
 def find_submission(client: Client, operation: str, submission: Submission) -> Job | None:
     """Return the job of an identical earlier submission, or None (read-only)."""
     op = validation.operation(operation)
-    scope, new = _new_job(client, submission)
+    flow = _flow(op)
+    scope, new = _new_job(client, submission, flow=flow)
+    if new.unique_key is not None:  # the job holding the key in its window
+        found = uniqueness.holders(
+            client.using, op, scope, [new.unique_key], flow, now(client), locking=False
+        )
+        earlier = found.get(new.unique_key)
+        if earlier is not None:
+            uniqueness.judge(op, scope, new.unique_key, new.proposal, new.proposal_hash, earlier)
+        return annotate(client, earlier)
     if submission is None or submission.idempotency_key is None:
         return None  # a fresh key (the new job's id) matches nothing
     return annotate(client, _existing(client, op, scope, new.key, new.proposal))
@@ -107,15 +129,22 @@ def defer(
     queue: str | None = None,
     priority: int = 0,
     run_after: datetime | None = None,
+    unique_by_input: bool = False,
 ) -> Job:
     """Submit pending work, or return the identical earlier job unchanged. Start nothing.
 
     With ``in_caller_transaction=True`` the row is written in the caller's open atomic block
     and exists only if the caller commits. Without an execution a new job is one statement
     (its NOTIFY included on PostgreSQL) and a repeat one two, each atomic on its own.
+
+    For an operation unique for a window, the submission coalesces with the job holding its
+    unique key instead (a transaction: the key's gate, a locking read, the insert).
+    ``unique_by_input=True`` makes the unique key the input's hash even when the submission
+    has an idempotency key: a schedule's tick key names the tick, not the work.
     """
     op = validation.operation(operation)
-    scope, new = _new_job(client, submission, job_id)
+    flow = _flow(op)
+    scope, new = _new_job(client, submission, job_id, flow=flow, by_input=unique_by_input)
     queue, priority = _schedule(queue, priority, run_after)
     if execution is not None:
         check_identity(client, execution)
@@ -138,6 +167,16 @@ def defer(
         tracing.producer(op, queue=queue, scope=scope) as sending,
         quotas.counted() as taken,  # given back if the write is refused or fails
     ):
+        if new.unique_key is not None:
+            with _transaction(client, execution, in_caller_transaction):
+                at = now(client)
+                if (
+                    earlier := uniqueness.held_one(client.using, op, flow, scope, new, at)
+                ) is not None:
+                    sending.sent(earlier.pk, earlier.trace_context)
+                    return annotate(client, earlier, at)
+                taken += capacity.admit(client, scope, 1, priority, at)
+                return write()
         try:
             taken += capacity.admit(client, scope, 1, priority, now(client))
         except CapacityReached:
@@ -180,9 +219,10 @@ def defer_many(
     in one transaction (a savepoint in the caller's, with ``in_caller_transaction=True``).
     """
     op = validation.operation(operation)
+    flow = _flow(op)
     queue, priority = _schedule(queue, priority, run_after)
     items = validation.listed(submissions, "submissions")
-    news = _distinct_jobs(client, items)
+    news = _distinct_jobs(client, items, flow)
     if in_caller_transaction:
         require_caller_transaction(client, "defer_many")
     if not items:
@@ -193,8 +233,11 @@ def defer_many(
 
     def write() -> list[Job]:
         at = now(client)
-        held: dict[tuple[str, str], tuple[Job | None, bool]] = {}
+        held = uniqueness.held_many(client.using, op, flow, news, at) if flow.unique else {}
         for scope, group in _by_scope(news).items():
+            group = [new for new in group if (scope, new.key) not in held]
+            if not group:
+                continue
             fields = _pending(op, scope, at, queue, priority, run_after, sending.carrier)
             found = submit(client.using, fields, group, notify=queue)
             held.update(((scope, new.key), pair) for new, pair in zip(group, found, strict=True))
@@ -202,6 +245,10 @@ def defer_many(
         for index, (scope, new) in enumerate(news):
             job, built = held[scope, new.key]
             try:
+                if new.unique_key is not None and job is not None and job.pk != new.pk:
+                    job = uniqueness.judge(
+                        op, scope, new.unique_key, new.proposal, new.proposal_hash, job
+                    )
                 jobs.append(_owned(client, _held(op, scope, new, job), built, at))
             except JobError as exc:
                 raise _of_row(exc, index, new.key) from None
@@ -226,12 +273,28 @@ def defer_many(
 # -- what a submission becomes ---------------------------------------------------------------
 
 
+def _flow(operation: str) -> Flow:
+    """Return ``operation``'s flow control; refuse one whose declaration has a problem."""
+    flow = flows.of_operation(operation)
+    flow.require(operation)
+    return flow
+
+
 def _new_job(
-    client: Client, submission: Submission | None, job_id: Any = None, scopes: dict | None = None
+    client: Client,
+    submission: Submission | None,
+    job_id: Any = None,
+    scopes: dict | None = None,
+    *,
+    flow: Flow = NO_FLOW,
+    by_input: bool = False,
 ) -> tuple[str, NewJob]:
     """Return the resolved scope and the new job of ``submission`` (validated).
 
-    ``scopes`` remembers scopes already resolved, for a call of many submissions.
+    ``scopes`` remembers scopes already resolved, for a call of many submissions. ``flow``'s
+    key functions are called with the input; an operation unique for a window gets its unique
+    key (the idempotency key given, else, or with ``by_input``, the input's hash) and its own
+    id as idempotency key.
     """
     if submission is None:
         submission = Submission(scope=None, idempotency_key=None, proposal=EMPTY_PROPOSAL)
@@ -246,11 +309,24 @@ def _new_job(
     key = submission.idempotency_key
     key = str(pk) if key is None else validation.idempotency_key(key)
     proposal = validation.json_text(submission.proposal, "proposal")
-    return scope, NewJob(pk, key, proposal, proposal_sha256(proposal))
+    digest = proposal_sha256(proposal)
+    if flow is NO_FLOW:
+        return scope, NewJob(pk, key, proposal, digest)
+    rate_key, concurrency_key = (
+        flow.keys(validation.loads_strict(proposal)) if flow.keyed else ("", "")
+    )
+    unique_key = None
+    if flow.unique:
+        given = submission.idempotency_key is not None and not by_input
+        unique_key, key = (key if given else digest), str(pk)
+    return scope, NewJob(pk, key, proposal, digest, rate_key, concurrency_key, unique_key)
 
 
-def _distinct_jobs(client: Client, items: list) -> list[tuple[str, NewJob]]:
-    """Return each submission's scope and new job, a repeated key sharing its first job."""
+def _distinct_jobs(client: Client, items: list, flow: Flow = NO_FLOW) -> list[tuple[str, NewJob]]:
+    """Return each submission's scope and new job, a repeated key sharing its first job.
+
+    For an operation unique for a window the key is the unique key.
+    """
     if len(items) > MAX_SUBMISSIONS:
         raise InputInvalid(
             f"{len(items)} submissions in one call; the most is {MAX_SUBMISSIONS}. Split them."
@@ -260,13 +336,14 @@ def _distinct_jobs(client: Client, items: list) -> list[tuple[str, NewJob]]:
     scopes: dict[str | None, str] = {}
     for index, submission in enumerate(items):
         try:
-            scope, new = _new_job(client, submission, scopes=scopes)
+            scope, new = _new_job(client, submission, scopes=scopes, flow=flow)
         except JobError as exc:
             raise _of_row(exc, index, getattr(submission, "idempotency_key", None)) from None
-        earlier = first.setdefault((scope, new.key), (index, new))
+        key = new.key if new.unique_key is None else new.unique_key
+        earlier = first.setdefault((scope, key), (index, new))
         if earlier[1].proposal != new.proposal:
             raise IdempotencyConflict(
-                f"Submissions {earlier[0]} and {index} of this call share the key {new.key!r} "
+                f"Submissions {earlier[0]} and {index} of this call share the key {key!r} "
                 f"(scope {scope!r}) with different proposals; nothing was written. Give "
                 f"different input different idempotency keys."
             )
@@ -311,6 +388,17 @@ def _by_scope(news: list[tuple[str, NewJob]]) -> dict[str, list[NewJob]]:
     for scope, new in news:
         groups.setdefault(scope, {}).setdefault(new.key, new)
     return {scope: list(group.values()) for scope, group in groups.items()}
+
+
+def _transaction(
+    client: Client, execution: Execution | None, in_caller_transaction: bool
+) -> AbstractContextManager:
+    """Return the transaction a unique submission runs in: the caller's, or its own."""
+    if in_caller_transaction:
+        if execution is not None:
+            check_execution(execution)
+        return nullcontext()  # nothing is written before the last statement: no savepoint
+    return bounded_atomic(client.using, execution)
 
 
 # -- judging the rows that hold the keys -----------------------------------------------------

@@ -217,6 +217,7 @@ def _submit_tick(client: Client, pk: Any, tick: datetime) -> str | None:
             queue=row.queue,
             priority=row.priority,
             in_caller_transaction=True,
+            unique_by_input=True,  # under unique_while/unique_for a tick coalesces by its input
         )
         _advance_locked(using, row, tick, job)
         return str(job.pk)

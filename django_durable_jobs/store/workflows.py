@@ -38,6 +38,7 @@ from ..database.dbvendor import is_lock_timeout, notify_work
 from ..database.transactions import bounded_atomic, refuse_caller_transaction
 from ..models import Job, JobDependency, Workflow
 from ..observability import tracing
+from ..rules import flow as flows
 from ..rules import quotas, validation
 from ..rules.errors import DeadlineExceeded, IdempotencyConflict, InputInvalid, NotReclaimable
 from ..rules.graph import Graph, retry_to_come
@@ -100,6 +101,7 @@ def submit(
         refuse_caller_transaction(client.using)
     text = graph.text()
     digest = graph.sha256()
+    keys = [node_keys(node.operation, node.proposal) for node in graph.nodes]
     if key is not None and (earlier := _existing(client, graph, scope, key, digest)) is not None:
         return earlier
     workflow_id = uuid.uuid4()
@@ -137,7 +139,10 @@ def submit(
                 if earlier is None:
                     raise
                 return earlier
-            jobs = [_job(workflow, node, at, sending.carrier) for node in graph.nodes]
+            jobs = [
+                _job(workflow, node, at, sending.carrier, *node_keys)
+                for node, node_keys in zip(graph.nodes, keys, strict=True)
+            ]
             Job.objects.using(client.using).bulk_create(jobs, batch_size=500)
             edges = [
                 JobDependency(workflow=workflow, parent_id=jobs[parent].pk, child_id=job.pk)
@@ -153,7 +158,25 @@ def submit(
     return Submitted(workflow, jobs, True)
 
 
-def _job(workflow: Workflow, node: Any, at: datetime, carrier: str | None) -> Job:
+def node_keys(operation: str, proposal: str) -> tuple[str, str]:
+    """Return a node's rate and concurrency keys; refuse an operation declared badly.
+
+    A node is never coalesced by a window (``unique_while``/``unique_for``): it belongs to its
+    workflow, whose idempotency key coalesces the whole graph. Its ``unique_key`` stays NULL.
+    """
+    flow = flows.of_operation(operation)
+    flow.require(operation)
+    return flow.keys(loads_strict(proposal)) if flow.keyed else ("", "")
+
+
+def _job(
+    workflow: Workflow,
+    node: Any,
+    at: datetime,
+    carrier: str | None,
+    rate_key: str = "",
+    concurrency_key: str = "",
+) -> Job:
     return Job(
         id=uuid.uuid4(),
         operation=node.operation,
@@ -173,6 +196,8 @@ def _job(workflow: Workflow, node: Any, at: datetime, carrier: str | None) -> Jo
         waiting_on=len(node.parents),
         on_upstream_failure=node.on_upstream_failure,
         released_at=None if node.parents else at,
+        rate_key=rate_key,
+        concurrency_key=concurrency_key,
     )
 
 

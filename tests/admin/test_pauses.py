@@ -191,7 +191,7 @@ def test_the_limits_panel_and_the_job_page_show_what_holds_jobs_back(root, limit
     assert "key <code>acme</code>: 1 running of 1" in panel
 
     snap_flow = root.get(DASHBOARD).context["flow"]
-    by_kind = {limit.kind: limit for limit in snap_flow.limits}
+    by_kind = {limit.kind: limit for limit in snap_flow.limits if limit.name == limited}
     assert by_kind["rate_limit"].held == 3
     assert by_kind["max_running_per_key"].held == 2
     assert snap_flow.limited_jobs == 5

@@ -120,20 +120,33 @@ def claim_batch(
         return base, base.retry_or_resume(now, resume)
 
     def exact(only, take_at_most: int) -> list[Claimed]:
-        with bounded_atomic(client.using):
-            now = client_room.now(client)
-            base = candidates(now)
-            if only is not None:
-                base = base.filter(only)
-            full = limits.remembered_full(client, now)
-            if full is not None:
-                base = base.exclude(full)
-            sets = [base.retry_requested(now)]
-            sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
-            if resume:
-                sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
-            pending = base.pending_due(now)
-            return claim_from(client, pending, sets, now, take_at_most, max_running, turn, flows)
+        claimed: list[Claimed] = []
+        for _ in range(3):  # again only after creating a limit's missing rows (below)
+            with bounded_atomic(client.using):
+                now = client_room.now(client)
+                base = candidates(now)
+                if only is not None:
+                    base = base.filter(only)
+                full = limits.remembered_full(client, now)
+                if full is not None:
+                    base = base.exclude(full)
+                sets = [base.retry_requested(now)]
+                sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
+                if resume:
+                    sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
+                pending = base.pending_due(now)
+                admission = limits.Admission()
+                left = take_at_most - len(claimed)
+                claimed += claim_from(
+                    client, pending, sets, now, left, max_running, turn, flows, admission
+                )
+            if not admission.missing or len(claimed) == take_at_most:
+                return claimed
+            # A job was passed over because its gate or bucket did not exist yet (it is not
+            # created while other limit rows are held, see limits.Admission): create it now,
+            # holding nothing, and claim again.
+            limits.create_missing(client.using, admission)
+        return claimed
 
     turn = None if client.scope is not None else client.memo.get(TURN, "")
     claimed: list[Claimed] = []
@@ -255,6 +268,7 @@ def claim_from(
     max_running: int | None,
     turn: str | None,
     flows: limits.Limits | None = None,
+    admission: limits.Admission | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` rows from ``pending`` (one scope's turn) and the rarer ``sets``.
 
@@ -271,7 +285,7 @@ def claim_from(
     scope_slots: dict[str, int | None] = {}
     scope_limits = quotas.running_limits_configured()
     held = None  # the rows a limit met in this claim holds back
-    key_slots: dict = {}
+    admission = admission if admission is not None else limits.Admission()
     window = limit
     while True:
         found: dict[Any, Job] = {}
@@ -304,6 +318,7 @@ def claim_from(
                     if cap is None
                     else capacity.operation_free_slots(client, row.operation, cap)
                 )
+                admission.holding |= cap is not None  # a gate is held: limits must not wait
             free = slots[row.operation]
             adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
             if free is not None and free - adds_running < 0:
@@ -314,12 +329,13 @@ def claim_from(
                 scope_slots[row.scope] = (
                     None if cap is None else capacity.scope_free_slots(client, row.scope, cap)
                 )
+                admission.holding |= cap is not None
             scope_free = scope_slots.get(row.scope)
             if scope_free is not None and scope_free - adds_running < 0:
                 full_scopes.add(row.scope)
                 continue
             if flows is not None and flows.covers(row):
-                holds = limits.admit(client, row, now, counts=key_slots)
+                holds = limits.admit(client, row, now, admission)
                 if holds is not None:
                     held = holds.rows if held is None else held | holds.rows
                     continue

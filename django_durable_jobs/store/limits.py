@@ -22,12 +22,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Q
 
-from ..database.dbvendor import lock_gate
-from ..models import Job, JobPause, RateBucket
+from ..database.dbvendor import lock_for_update, lock_gate
+from ..models import CapacityGate, Job, JobPause, RateBucket
 from ..rules import flow, registry
 from ..rules.errors import CapacityReached
 from ..rules.vocabulary import JobStatus
@@ -124,18 +125,52 @@ def all_remembered_full(client: Client, limits: Limits, now: datetime) -> bool:
 # -- admission ------------------------------------------------------------------------------------
 
 
-def admit(client: Client, row: Job, now: datetime, *, counts: dict | None = None) -> Held | None:
+class Admission:
+    """What one claim transaction has locked and counted of the limits it met.
+
+    Deadlock-free by construction: a batch claim waits for the first limit row it locks (it
+    holds no other then) and takes every later one without waiting, passing over a job whose
+    gate or bucket another claimer holds at that moment (``waits=False``). A row that does not
+    exist yet is not created while others are held: it is noted in ``missing`` and created
+    after the transaction (:func:`create_missing`), and its job waits for the next claim. The
+    explicit one-job claim (``waits=True``) locks one job's few rows in one fixed order.
+    """
+
+    def __init__(self, *, waits: bool = False) -> None:
+        self.waits = waits
+        self.holding = False  # any limit or capacity row locked in this transaction
+        self.key_free: dict[tuple[str, str], int] = {}
+        self.held: dict[tuple[str, str, str], Held] = {}
+        self.missing: list[tuple[str, str, str, str]] = []  # (kind, target, name, key)
+
+    def lock(self, using: str, kind: str, target: str, name: str, key: str) -> Any:
+        """Lock a gate (``kind="gate"``) or bucket row; return it, or None when passed over."""
+        model, pk = _row_of(kind, target, name, key)
+        if self.waits or not self.holding:
+            self.holding = True
+            return _create_and_lock(using, kind, target, name, key)
+        rows = lock_for_update(model.objects.using(using).filter(pk=pk), skip_locked=True)
+        row = rows.first()
+        if row is None and not model.objects.using(using).filter(pk=pk).exists():
+            self.missing.append((kind, target, name, key))
+        return row
+
+
+def admit(
+    client: Client, row: Job, now: datetime, admission: Admission | None = None
+) -> Held | None:
     """Record the start of ``row`` in every limit over it; or return what holds it back.
 
-    Runs inside the claim's transaction: the locks taken here are held until it commits, and a
-    refusal writes nothing that the caller's rollback would have to undo (a bucket row created
-    for the check is empty bookkeeping). ``counts`` remembers the free slots of the concurrency
-    keys met in this transaction.
+    Runs inside the claim's transaction: the locks taken here are held until it commits. A
+    refusal writes nothing but the empty row of a gate or bucket the check created.
     """
+    admission = admission if admission is not None else Admission(waits=True)
     spec = registry.get(row.operation)
     op_flow = spec.flow if spec is not None else flow.NO_FLOW
+    slot = None
     if op_flow.max_running_per_key is not None and row.status != JobStatus.RUNNING:
-        held = _key_room(client, row, op_flow.max_running_per_key, counts)
+        slot = (row.operation, row.concurrency_key)
+        held = _key_room(client, row, op_flow.max_running_per_key, admission)
         if held is not None:
             return held
     buckets = []
@@ -145,14 +180,14 @@ def admit(client: Client, row: Job, now: datetime, *, counts: dict | None = None
     queue_flow = flow.queues().get(row.queue)
     if queue_flow is not None and queue_flow.rate_limit is not None:
         buckets.append(("queue", row.queue, "", queue_flow.rate_limit))
-    if not buckets:
-        return None
     at = now.timestamp()
     logs = []
     for target, name, key, limit in buckets:
-        if counts is not None and (target, name, key) in counts:
-            return counts[(target, name, key)]  # found full earlier in this transaction
-        bucket = _locked_bucket(client.using, target, name, key)
+        if (target, name, key) in admission.held:
+            return admission.held[(target, name, key)]  # met earlier in this transaction
+        bucket = admission.lock(client.using, "bucket", target, name, key)
+        if bucket is None:
+            return Held(f"{_named(target, name, key)} is busy", None, Q(pk=row.pk))
         starts = json.loads(bucket.starts or "[]")
         room, frees = flow.rate_room(starts, limit, at)
         if room <= 0:
@@ -163,8 +198,7 @@ def admit(client: Client, row: Job, now: datetime, *, counts: dict | None = None
                 frees,
                 _bucket_rows(target, name, key),
             )
-            if counts is not None:
-                counts[(target, name, key)] = held
+            admission.held[(target, name, key)] = held
             return held
         logs.append((bucket, starts, limit))
     for bucket, starts, limit in logs:
@@ -172,43 +206,50 @@ def admit(client: Client, row: Job, now: datetime, *, counts: dict | None = None
         RateBucket.objects.using(client.using).filter(pk=bucket.pk).update(
             starts=json.dumps(kept), updated_at=now
         )
+    if slot is not None:
+        admission.key_free[slot] -= 1
     return None
 
 
-def _key_room(client: Client, row: Job, cap: int, counts: dict | None) -> Held | None:
+def _key_room(client: Client, row: Job, cap: int, admission: Admission) -> Held | None:
     slot = (row.operation, row.concurrency_key)
-    if counts is None or slot not in counts:
-        lock_gate(client.using, "#key " + gate_digest(row))
+    if slot not in admission.key_free:
+        gate = admission.lock(client.using, "gate", "key", row.operation, row.concurrency_key)
+        if gate is None:
+            return Held(f"concurrency key {row.concurrency_key!r} is busy", None, Q(pk=row.pk))
         running = Job.objects.using(client.using).filter(
             operation=row.operation,
             concurrency_key=row.concurrency_key,
             status=JobStatus.RUNNING,
         )
-        free = cap - running.exclude(pk=row.pk).count()
-        if counts is not None:
-            counts[slot] = free
-    else:
-        free = counts[slot]
-    if free <= 0:
+        admission.key_free[slot] = cap - running.exclude(pk=row.pk).count()
+    if admission.key_free[slot] <= 0:
         return Held(
             f"concurrency key {row.concurrency_key!r} of operation {row.operation!r} already "
             f"has {cap} running job(s) (max_running_per_key={cap})",
             None,
             Q(operation=row.operation, concurrency_key=row.concurrency_key),
         )
-    if counts is not None:
-        counts[slot] = free - 1
     return None
 
 
-def gate_digest(row: Job) -> str:
-    """Return the SHA-256 of a concurrency key's gate (no operation name looks like ``#key …``)."""
-    return hashlib.sha256(f"{row.operation}\x00{row.concurrency_key}".encode()).hexdigest()
+def key_gate(operation: str, key: str) -> str:
+    """Return the capacity gate of a concurrency key (no operation name looks like it)."""
+    return "#key " + hashlib.sha256(f"{operation}\x00{key}".encode()).hexdigest()
 
 
-def _locked_bucket(using: str, target: str, name: str, key: str) -> RateBucket:
-    """Lock the bucket's row for this transaction, creating it race-free when it is missing."""
-    pk = flow.bucket_id(target, name, key)
+def _row_of(kind: str, target: str, name: str, key: str) -> tuple[Any, str]:
+    if kind == "gate":
+        return CapacityGate, key_gate(name, key)
+    return RateBucket, flow.bucket_id(target, name, key)
+
+
+def _create_and_lock(using: str, kind: str, target: str, name: str, key: str) -> Any:
+    """Lock a gate or bucket row for this transaction, creating it race-free when missing."""
+    model, pk = _row_of(kind, target, name, key)
+    if kind == "gate":
+        lock_gate(using, pk)
+        return model.objects.using(using).get(pk=pk)
     connection = connections[using]
     buckets = RateBucket.objects.using(using)
     if connection.vendor in ("mysql", "postgresql"):
@@ -232,6 +273,13 @@ def _locked_bucket(using: str, target: str, name: str, key: str) -> RateBucket:
     else:  # SQLite: the IMMEDIATE transaction's write lock serialises every claimer
         buckets.get_or_create(pk=pk, defaults={"target": target, "name": name, "key": key})
     return buckets.select_for_update().get(pk=pk)
+
+
+def create_missing(using: str, admission: Admission) -> None:
+    """Create the gates and buckets a claim passed over for want of them, each on its own."""
+    for kind, target, name, key in admission.missing:
+        with transaction.atomic(using=using):
+            _create_and_lock(using, kind, target, name, key)
 
 
 def _bucket_rows(target: str, name: str, key: str) -> Q:
@@ -263,7 +311,7 @@ def require_flow_room(client: Client, row: Job, now: datetime) -> None:
             f"{pause.paused_at.isoformat()}, by {pause.paused_by or 'unknown'}); resume it "
             f"(manage.py jobs resume --{pause.target} {pause.name}) and claim again."
         )
-    held = admit(client, row, now)
+    held = admit(client, row, now, Admission(waits=True))
     if held is not None:
         when = "later" if held.until is None else f"after {_when(held.until)}"
         raise CapacityReached(f"Job {row.pk} may not start now: {held.reason}; try again {when}.")

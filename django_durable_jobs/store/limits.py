@@ -149,11 +149,13 @@ class Admission:
         if self.waits or not self.holding:
             self.holding = True
             return _create_and_lock(using, kind, target, name, key)
-        rows = lock_for_update(model.objects.using(using).filter(pk=pk), skip_locked=True)
-        row = rows.first()
-        if row is None and not model.objects.using(using).filter(pk=pk).exists():
+        rows = model.objects.using(using).filter(pk=pk)
+        # A plain read first: a locking read of a missing row would lock the gap it falls in
+        # (InnoDB), and a claimer creating another row there would wait while holding its own.
+        if not rows.exists():
             self.missing.append((kind, target, name, key))
-        return row
+            return None
+        return lock_for_update(rows, skip_locked=True).first()
 
 
 def admit(

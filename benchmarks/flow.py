@@ -4,7 +4,8 @@ For each selected database this benchmark recreates a database of its own (``ben
 settings ``benchmarks.flow_settings``) and runs 8 real ``manage.py runjobs`` processes against it:
 
 1. **free alone**: ``--free-jobs`` no-op jobs of an operation without limits, drained by the 8
-   workers; drain rate = jobs / (last ``completed_at`` - first ``claimed_at``);
+   workers started with no limit declared anywhere (today's claim path); drain rate = jobs /
+   (last ``completed_at`` - first ``claimed_at``);
 2. **free beside limited**: the same free jobs again, submitted together with ``--limited-jobs``
    jobs of ``flowbench.limited`` (``rate_limit="200/s"``), drained by 8 fresh workers.
 
@@ -173,7 +174,7 @@ class FlowBench:
         from benchmarks.flowapp.jobs import FREE, LIMITED
 
         log(f"{self.args.child}: {self.args.free_jobs} free jobs alone")
-        alone = self.phase("alone", {FREE: self.args.free_jobs})
+        alone = self.phase("alone", {FREE: self.args.free_jobs}, unlimited=True)
         log(f"{self.args.child}: the same beside {self.args.limited_jobs} limited jobs")
         beside = self.phase("beside", {FREE: self.args.free_jobs, LIMITED: self.args.limited_jobs})
         starts = beside[LIMITED]["claimed"]
@@ -187,7 +188,9 @@ class FlowBench:
             "limited_seconds": max(starts) - min(starts),
         }
 
-    def phase(self, name: str, jobs: dict[str, int]) -> dict[str, dict[str, Any]]:
+    def phase(
+        self, name: str, jobs: dict[str, int], *, unlimited: bool = False
+    ) -> dict[str, dict[str, Any]]:
         """Insert ``jobs`` ({operation: count}), drain them with 8 workers, return per operation."""
         from benchmarks.rows import insert_pending
         from django_durable_jobs.models import Job, JobAttempt
@@ -206,7 +209,9 @@ class FlowBench:
                     subprocess.Popen(
                         [sys.executable, "-m", "django", "runjobs", *argv],
                         cwd=REPO_ROOT,
-                        env=dict(os.environ),
+                        env={**os.environ, "DURABLE_JOBS_FLOW_BENCH_UNLIMITED": "1"}
+                        if unlimited
+                        else dict(os.environ),
                         stdout=out,
                         stderr=subprocess.STDOUT,
                     )

@@ -143,7 +143,7 @@ def claim_batch(
             if not admission.missing or len(claimed) == take_at_most:
                 return claimed
             # A job was passed over because its gate or bucket did not exist yet (it is not
-            # created while other limit rows are held, see limits.Admission): create it now,
+            # created inside a batch claim, see limits.Admission): create it now,
             # holding nothing, and claim again.
             limits.create_missing(client.using, admission)
         return claimed
@@ -318,7 +318,6 @@ def claim_from(
                     if cap is None
                     else capacity.operation_free_slots(client, row.operation, cap)
                 )
-                admission.holding |= cap is not None  # a gate is held: limits must not wait
             free = slots[row.operation]
             adds_running = row.status != JobStatus.RUNNING  # a reclaim replaces its attempt
             if free is not None and free - adds_running < 0:
@@ -329,7 +328,6 @@ def claim_from(
                 scope_slots[row.scope] = (
                     None if cap is None else capacity.scope_free_slots(client, row.scope, cap)
                 )
-                admission.holding |= cap is not None
             scope_free = scope_slots.get(row.scope)
             if scope_free is not None and scope_free - adds_running < 0:
                 full_scopes.add(row.scope)

@@ -128,17 +128,18 @@ def all_remembered_full(client: Client, limits: Limits, now: datetime) -> bool:
 class Admission:
     """What one claim transaction has locked and counted of the limits it met.
 
-    Deadlock-free by construction: a batch claim waits for the first limit row it locks (it
-    holds no other then) and takes every later one without waiting, passing over a job whose
-    gate or bucket another claimer holds at that moment (``waits=False``). A row that does not
-    exist yet is not created while others are held: it is noted in ``missing`` and created
-    after the transaction (:func:`create_missing`), and its job waits for the next claim. The
-    explicit one-job claim (``waits=True``) locks one job's few rows in one fixed order.
+    A batch claim (``waits=False``) never waits for a limit's row: it takes a gate or bucket
+    row with ``SKIP LOCKED`` and passes over a job whose row another claimer holds at that
+    moment (that claimer is admitting work of the same limit; the job is taken on a later
+    claim). So claimers neither deadlock nor queue up behind one bucket while free work waits.
+    A row that does not exist yet is not created inside the claim (creating it could wait): it
+    is noted in ``missing``, created after the transaction holding nothing else
+    (:func:`create_missing`), and the claim runs again. The explicit one-job claim
+    (``waits=True``) creates and locks its job's few rows, waiting, in one fixed order.
     """
 
     def __init__(self, *, waits: bool = False) -> None:
         self.waits = waits
-        self.holding = False  # any limit or capacity row locked in this transaction
         self.key_free: dict[tuple[str, str], int] = {}
         self.held: dict[tuple[str, str, str], Held] = {}
         self.missing: list[tuple[str, str, str, str]] = []  # (kind, target, name, key)
@@ -146,12 +147,11 @@ class Admission:
     def lock(self, using: str, kind: str, target: str, name: str, key: str) -> Any:
         """Lock a gate (``kind="gate"``) or bucket row; return it, or None when passed over."""
         model, pk = _row_of(kind, target, name, key)
-        if self.waits or not self.holding:
-            self.holding = True
+        if self.waits:
             return _create_and_lock(using, kind, target, name, key)
         rows = model.objects.using(using).filter(pk=pk)
         # A plain read first: a locking read of a missing row would lock the gap it falls in
-        # (InnoDB), and a claimer creating another row there would wait while holding its own.
+        # (InnoDB), and a claimer creating another row there would wait on it.
         if not rows.exists():
             self.missing.append((kind, target, name, key))
             return None

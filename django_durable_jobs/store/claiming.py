@@ -49,6 +49,11 @@ CLAIM_BATCH_MAX = 1000
 # The keys of what a client remembers between claims (``Client.memo``).
 STATEMENTS = "claim statements"  # compiled claims, by filter set and limit
 TURN = "claim turn"  # the scope this client's last claim of pending work served
+FLOW_PASS = "flow pass"  # when this client last looked at work a flow limit covers
+# A worker whose free work fills every claim still looks at limited work this often; a claim
+# that finds free slots left looks at once. Measured: the look costs a few statements even
+# when it finds nothing, which at every claim halved an unlimited drain (docs/benchmarks.md).
+FLOW_PASS_SECONDS = 0.05
 
 
 class Disagreement(Exception):
@@ -101,7 +106,7 @@ def claim_batch(
     capped = claims_capacity(ops, max_running)
     passed_over = None  # rows the fast path leaves to the exact one (limited ones)
 
-    def candidates(now: datetime):
+    def candidates(now: datetime, *, passing_over: bool = True):
         base = (
             fence.epoch_can_advance(client_room.jobs(client))
             .filter(attempts__lt=validation.ATTEMPTS_MAX)
@@ -111,7 +116,7 @@ def claim_batch(
             base = base.filter(operation__in=ops)
         if queue_names is not None:
             base = base.filter(queue__in=queue_names)
-        if passed_over is not None:
+        if passing_over and passed_over is not None:
             base = base.exclude(passed_over)
         return base
 
@@ -119,12 +124,12 @@ def claim_batch(
         base = candidates(now)
         return base, base.retry_or_resume(now, resume)
 
-    def exact(only, take_at_most: int) -> list[Claimed]:
+    def exact(only, take_at_most: int, *, only_limited: bool = False) -> list[Claimed]:
         claimed: list[Claimed] = []
         for _ in range(3):  # again only after creating a limit's missing rows (below)
             with bounded_atomic(client.using):
                 now = client_room.now(client)
-                base = candidates(now)
+                base = candidates(now, passing_over=not only_limited)
                 if only is not None:
                     base = base.filter(only)
                 full = limits.remembered_full(client, now)
@@ -140,6 +145,7 @@ def claim_batch(
                 claimed += claim_from(
                     client, pending, sets, now, left, max_running, turn, flows, admission
                 )
+                admission.flush(client.using, now)
             if not admission.missing or len(claimed) == take_at_most:
                 return claimed
             # A job was passed over because its gate or bucket did not exist yet (it is not
@@ -148,16 +154,32 @@ def claim_batch(
             limits.create_missing(client.using, admission)
         return claimed
 
+    def limited(at: datetime, take_at_most: int) -> list[Claimed]:
+        """Claim limited work (unless every bucket over it is known to be full)."""
+        client.memo[FLOW_PASS] = at
+        if limits.all_remembered_full(client, flows, at):
+            return []
+        return exact(flows.rows(), take_at_most, only_limited=True)
+
     turn = None if client.scope is not None else client.memo.get(TURN, "")
     claimed: list[Claimed] = []
+    limited_pass = False  # whether this claim has looked at limited work yet
     if flows is not None and not capped:
-        # Limited work first, row by row (each start admitted by its limits); then the rest,
-        # which the limits cannot hold back, on the fast path as if no limit existed.
-        if not limits.all_remembered_full(client, flows, client_room.now(client)):
-            claimed = exact(flows.rows(), limit)
-        if len(claimed) == limit:
-            return claimed
+        # Limited work is taken row by row (each start admitted by its limits); the rest,
+        # which no limit can hold back, on the fast path as if no limit existed. The limited
+        # pass costs a few statements even when it finds nothing, so it runs at most every
+        # FLOW_PASS_SECONDS, and whenever the fast path leaves slots free.
         passed_over = flows.rows()
+        at = client_room.now(client)
+        last = client.memo.get(FLOW_PASS)
+        due = last is None or not timedelta(0) <= at - last < timedelta(seconds=FLOW_PASS_SECONDS)
+        if due:
+            # At most half the claim (rounded up), so free work keeps slots while limited
+            # work is admissible; the fast path's unused slots go back to limited work below.
+            claimed = limited(at, (limit + 1) // 2)
+            limited_pass = len(claimed) < (limit + 1) // 2  # it found all it could
+            if len(claimed) == limit:
+                return claimed
     if not capped:
         left = limit - len(claimed)
         key = (
@@ -168,6 +190,8 @@ def claim_batch(
             turn is not None,
             flows,
         )
+        fast: list[Claimed] = []
+        nothing = False
         try:
             with bounded_atomic(client.using):
                 now = client_room.now(client)
@@ -175,13 +199,17 @@ def claim_batch(
             if fast:
                 if turn is not None:
                     client.memo[TURN] = fast[0].job.scope
-                return [*claimed, *fast]
-            base, rare = pending_and_rare(now)
-            if not (base.pending_due(now).exists() or rare.exists()):
-                return claimed  # nothing at all: no need for the exact path
+            else:
+                base, rare = pending_and_rare(now)
+                nothing = not (base.pending_due(now).exists() or rare.exists())
         except Disagreement:
             pass  # rolled back untouched; the exact path below checks rows one by one
-        return [*claimed, *exact(None, left)]
+        claimed += fast
+        if not fast and not nothing:
+            claimed += exact(None, left)
+        if flows is not None and not limited_pass and len(claimed) < limit:
+            claimed += limited(client_room.now(client), limit - len(claimed))
+        return claimed
     return exact(None, limit)
 
 

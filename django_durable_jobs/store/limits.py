@@ -143,6 +143,27 @@ class Admission:
         self.key_free: dict[tuple[str, str], int] = {}
         self.held: dict[tuple[str, str, str], Held] = {}
         self.missing: list[tuple[str, str, str, str]] = []  # (kind, target, name, key)
+        self.logs: dict[tuple[str, str, str], tuple[str, list[float]]] = {}  # locked buckets
+        self.dirty: set[tuple[str, str, str]] = set()
+
+    def log(self, using: str, target: str, name: str, key: str) -> list[float] | None:
+        """Return the locked sliding log of a bucket (read once per transaction), or None."""
+        bucket = (target, name, key)
+        if bucket not in self.logs:
+            row = self.lock(using, "bucket", target, name, key)
+            if row is None:
+                return None
+            self.logs[bucket] = (row.pk, json.loads(row.starts or "[]"))
+        return self.logs[bucket][1]
+
+    def flush(self, using: str, now: datetime) -> None:
+        """Write the starts admitted in this transaction to their buckets (before COMMIT)."""
+        for bucket in sorted(self.dirty):
+            pk, starts = self.logs[bucket]
+            RateBucket.objects.using(using).filter(pk=pk).update(
+                starts=json.dumps(starts), updated_at=now
+            )
+        self.dirty.clear()
 
     def lock(self, using: str, kind: str, target: str, name: str, key: str) -> Any:
         """Lock a gate (``kind="gate"``) or bucket row; return it, or None when passed over."""
@@ -163,8 +184,9 @@ def admit(
 ) -> Held | None:
     """Record the start of ``row`` in every limit over it; or return what holds it back.
 
-    Runs inside the claim's transaction: the locks taken here are held until it commits. A
-    refusal writes nothing but the empty row of a gate or bucket the check created.
+    Runs inside the claim's transaction: the locks taken here are held until it commits. The
+    starts admitted are written by ``admission.flush()``, which the caller runs before COMMIT.
+    A refusal writes nothing but the empty row of a gate or bucket the check created.
     """
     admission = admission if admission is not None else Admission(waits=True)
     spec = registry.get(row.operation)
@@ -187,10 +209,13 @@ def admit(
     for target, name, key, limit in buckets:
         if (target, name, key) in admission.held:
             return admission.held[(target, name, key)]  # met earlier in this transaction
-        bucket = admission.lock(client.using, "bucket", target, name, key)
-        if bucket is None:
-            return Held(f"{_named(target, name, key)} is busy", None, Q(pk=row.pk))
-        starts = json.loads(bucket.starts or "[]")
+        starts = admission.log(client.using, target, name, key)
+        if starts is None:  # another claimer holds it: pass over its jobs for this claim
+            held = Held(
+                f"{_named(target, name, key)} is busy", None, _bucket_rows(target, name, key)
+            )
+            admission.held[(target, name, key)] = held
+            return held
         room, frees = flow.rate_room(starts, limit, at)
         if room <= 0:
             client.memo.setdefault(FULL, {})[(target, name, key)] = frees
@@ -202,12 +227,12 @@ def admit(
             )
             admission.held[(target, name, key)] = held
             return held
-        logs.append((bucket, starts, limit))
+        logs.append(((target, name, key), starts, limit))
     for bucket, starts, limit in logs:
-        kept = sorted([*starts, at])[-limit.count :]  # the N latest starts decide every window
-        RateBucket.objects.using(client.using).filter(pk=bucket.pk).update(
-            starts=json.dumps(kept), updated_at=now
-        )
+        starts.append(at)
+        starts.sort()
+        del starts[: -limit.count]  # the N latest starts decide every window
+        admission.dirty.add(bucket)
     if slot is not None:
         admission.key_free[slot] -= 1
     return None
@@ -215,10 +240,18 @@ def admit(
 
 def _key_room(client: Client, row: Job, cap: int, admission: Admission) -> Held | None:
     slot = (row.operation, row.concurrency_key)
+    if ("key", *slot) in admission.held:
+        return admission.held[("key", *slot)]
     if slot not in admission.key_free:
         gate = admission.lock(client.using, "gate", "key", row.operation, row.concurrency_key)
-        if gate is None:
-            return Held(f"concurrency key {row.concurrency_key!r} is busy", None, Q(pk=row.pk))
+        if gate is None:  # another claimer holds it: pass over its jobs for this claim
+            held = Held(
+                f"concurrency key {row.concurrency_key!r} is busy",
+                None,
+                Q(operation=row.operation, concurrency_key=row.concurrency_key),
+            )
+            admission.held[("key", *slot)] = held
+            return held
         running = Job.objects.using(client.using).filter(
             operation=row.operation,
             concurrency_key=row.concurrency_key,
@@ -313,7 +346,9 @@ def require_flow_room(client: Client, row: Job, now: datetime) -> None:
             f"{pause.paused_at.isoformat()}, by {pause.paused_by or 'unknown'}); resume it "
             f"(manage.py jobs resume --{pause.target} {pause.name}) and claim again."
         )
-    held = admit(client, row, now, Admission(waits=True))
+    admission = Admission(waits=True)
+    held = admit(client, row, now, admission)
+    admission.flush(client.using, now)
     if held is not None:
         when = "later" if held.until is None else f"after {_when(held.until)}"
         raise CapacityReached(f"Job {row.pk} may not start now: {held.reason}; try again {when}.")

@@ -56,7 +56,12 @@ class Limits:
 
     def rows(self) -> Q:
         """Return the condition of the rows a limit may hold back."""
-        return Q(operation__in=sorted(self.operations)) | Q(queue__in=sorted(self.queues))
+        parts = []  # no empty IN: SQL has none
+        if self.operations:
+            parts.append(Q(operation__in=sorted(self.operations)))
+        if self.queues:
+            parts.append(Q(queue__in=sorted(self.queues)))
+        return parts[0] if len(parts) == 1 else parts[0] | parts[1]
 
     def covers(self, row: Job) -> bool:
         return row.operation in self.operations or row.queue in self.queues

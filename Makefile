@@ -7,7 +7,7 @@
 #   make test-quick  the suite on SQLite only (a few minutes; no database server needed)
 #   make docs    the documentation site, built with mkdocs --strict into test-output/site
 #   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows,
-#                worker and workflow benchmarks (installs the bench extra first)
+#                worker, workflow, stats and flow-control benchmarks (installs the bench extra first)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k lease"
 
@@ -131,6 +131,7 @@ bench: $(VENV)/.bench-installed | services
 	$(PY) -m benchmarks.worker_latency
 	$(PY) -m benchmarks.workflows
 	$(PY) -m benchmarks.stats
+	$(PY) -m benchmarks.flow
 
 clean:
 	rm -rf $(VENV) $(VENV_DJ52) .pytest_cache .ruff_cache .hypothesis test-output build dist *.egg-info

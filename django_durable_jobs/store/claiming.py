@@ -40,7 +40,7 @@ from ..rules.vocabulary import (
     is_takeable,
     proposal_defect,
 )
-from . import capacity, ending, fence
+from . import capacity, ending, fence, limits
 from . import client as client_room
 from .client import Client
 from .sql.claim import ClaimStatement
@@ -49,6 +49,11 @@ CLAIM_BATCH_MAX = 1000
 # The keys of what a client remembers between claims (``Client.memo``).
 STATEMENTS = "claim statements"  # compiled claims, by filter set and limit
 TURN = "claim turn"  # the scope this client's last claim of pending work served
+FLOW_PASS = "flow pass"  # when this client last looked at work a flow limit covers
+# A worker whose free work fills every claim still looks at limited work this often; a claim
+# that finds free slots left looks at once. Measured: the look costs a few statements even
+# when it finds nothing, which at every claim halved an unlimited drain (docs/benchmarks.md).
+FLOW_PASS_SECONDS = 0.05
 
 
 class Disagreement(Exception):
@@ -72,6 +77,7 @@ def claim(
             client, row.operation, capacity.operation_cap(row.operation, max_running), row.pk
         )
         capacity.require_scope_room(client, row.scope, row.pk)
+        limits.require_flow_room(client, row, now)
         return take(client, row, now, new_attempt=False)
 
 
@@ -96,7 +102,11 @@ def claim_batch(
     if ops == [] or queue_names == []:
         return []  # no operation or no queue to claim from: nothing (SQL has no empty IN)
 
-    def candidates(now: datetime):
+    flows = limits.limits_for(ops, queue_names)
+    capped = claims_capacity(ops, max_running)
+    passed_over = None  # rows the fast path leaves to the exact one (limited ones)
+
+    def candidates(now: datetime, *, passing_over: bool = True):
         base = (
             fence.epoch_can_advance(client_room.jobs(client))
             .filter(attempts__lt=validation.ATTEMPTS_MAX)
@@ -106,42 +116,101 @@ def claim_batch(
             base = base.filter(operation__in=ops)
         if queue_names is not None:
             base = base.filter(queue__in=queue_names)
+        if passing_over and passed_over is not None:
+            base = base.exclude(passed_over)
         return base
 
     def pending_and_rare(now: datetime):
         base = candidates(now)
         return base, base.retry_or_resume(now, resume)
 
+    def exact(only, take_at_most: int, *, only_limited: bool = False) -> list[Claimed]:
+        claimed: list[Claimed] = []
+        for _ in range(3):  # again only after creating a limit's missing rows (below)
+            with bounded_atomic(client.using):
+                now = client_room.now(client)
+                base = candidates(now, passing_over=not only_limited)
+                if only is not None:
+                    base = base.filter(only)
+                full = limits.remembered_full(client, now)
+                if full is not None:
+                    base = base.exclude(full)
+                sets = [base.retry_requested(now)]
+                sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
+                if resume:
+                    sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
+                pending = base.pending_due(now)
+                admission = limits.Admission()
+                left = take_at_most - len(claimed)
+                claimed += claim_from(
+                    client, pending, sets, now, left, max_running, turn, flows, admission
+                )
+                admission.flush(client.using, now)
+            if not admission.missing or len(claimed) == take_at_most:
+                return claimed
+            # A job was passed over because its gate or bucket did not exist yet (it is not
+            # created inside a batch claim, see limits.Admission): create it now,
+            # holding nothing, and claim again.
+            limits.create_missing(client.using, admission)
+        return claimed
+
+    def limited(at: datetime, take_at_most: int) -> list[Claimed]:
+        """Claim limited work (unless every bucket over it is known to be full)."""
+        client.memo[FLOW_PASS] = at
+        if limits.all_remembered_full(client, flows, at):
+            return []
+        return exact(flows.rows(), take_at_most, only_limited=True)
+
     turn = None if client.scope is not None else client.memo.get(TURN, "")
-    if not claims_capacity(ops, max_running):
+    claimed: list[Claimed] = []
+    limited_pass = False  # whether this claim has looked at limited work yet
+    if flows is not None and not capped:
+        # Limited work is taken row by row (each start admitted by its limits); the rest,
+        # which no limit can hold back, on the fast path as if no limit existed. The limited
+        # pass costs a few statements even when it finds nothing, so it runs at most every
+        # FLOW_PASS_SECONDS, and whenever the fast path leaves slots free.
+        passed_over = flows.rows()
+        at = client_room.now(client)
+        last = client.memo.get(FLOW_PASS)
+        due = last is None or not timedelta(0) <= at - last < timedelta(seconds=FLOW_PASS_SECONDS)
+        if due:
+            # At most half the claim (rounded up), so free work keeps slots while limited
+            # work is admissible; the fast path's unused slots go back to limited work below.
+            claimed = limited(at, (limit + 1) // 2)
+            limited_pass = len(claimed) < (limit + 1) // 2  # it found all it could
+            if len(claimed) == limit:
+                return claimed
+    if not capped:
+        left = limit - len(claimed)
         key = (
             None if ops is None else tuple(ops),
             None if queue_names is None else tuple(queue_names),
             tuple(sorted(resume)),
-            limit,
+            left,
             turn is not None,
+            flows,
         )
+        fast: list[Claimed] = []
+        nothing = False
         try:
             with bounded_atomic(client.using):
                 now = client_room.now(client)
-                claimed = claim_pending_fast(client, pending_and_rare, key, now, limit, turn)
-            if claimed:
+                fast = claim_pending_fast(client, pending_and_rare, key, now, left, turn)
+            if fast:
                 if turn is not None:
-                    client.memo[TURN] = claimed[0].job.scope
-                return claimed
-            base, rare = pending_and_rare(now)
-            if not (base.pending_due(now).exists() or rare.exists()):
-                return []  # nothing at all: no need for the exact path
+                    client.memo[TURN] = fast[0].job.scope
+            else:
+                base, rare = pending_and_rare(now)
+                nothing = not (base.pending_due(now).exists() or rare.exists())
         except Disagreement:
             pass  # rolled back untouched; the exact path below checks rows one by one
-    with bounded_atomic(client.using):
-        now = client_room.now(client)
-        base = candidates(now)
-        sets = [base.retry_requested(now)]
-        sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
-        if resume:
-            sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
-        return claim_from(client, base.pending_due(now), sets, now, limit, max_running, turn)
+        claimed += fast
+        if not fast and not nothing:
+            claimed += exact(None, left)
+        if flows is not None and not limited_pass and len(claimed) < limit:
+            claimed += limited(client_room.now(client), limit - len(claimed))
+        return claimed
+    return exact(None, limit)
 
 
 def claims_capacity(ops: list[str] | None, max_running: int | None) -> bool:
@@ -226,12 +295,15 @@ def claim_from(
     limit: int,
     max_running: int | None,
     turn: str | None,
+    flows: limits.Limits | None = None,
+    admission: limits.Admission | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` rows from ``pending`` (one scope's turn) and the rarer ``sets``.
 
-    Rows that cannot be taken (a defective proposal, an operation or a scope at capacity)
-    are passed over and the window widens, so they never starve the work behind them; a
-    scope at capacity passes its turn to the next.
+    Rows that cannot be taken (a defective proposal, an operation or a scope at capacity, a
+    rate limit used up or a concurrency key at its limit) are passed over and the window
+    widens, so they never starve the work behind them; a scope at capacity passes its turn to
+    the next. Every row ``flows`` covers is admitted by ``limits.admit`` before it is taken.
     """
     claimed: list[Claimed] = []
     seen: set = set()
@@ -240,6 +312,8 @@ def claim_from(
     slots: dict[str, int | None] = {}
     scope_slots: dict[str, int | None] = {}
     scope_limits = quotas.running_limits_configured()
+    held = None  # the rows a limit met in this claim holds back
+    admission = admission if admission is not None else limits.Admission()
     window = limit
     while True:
         found: dict[Any, Job] = {}
@@ -247,10 +321,15 @@ def claim_from(
         turn_rows = (
             pending.exclude(pk__in=seen).exclude(operation__in=full).exclude(scope__in=full_scopes)
         )
+        if held is not None:
+            turn_rows = turn_rows.exclude(held)
         if turn is not None:
             turn_rows = turn_rows.scope_turn(turn)
         for rows in [turn_rows, *sets]:
-            rows = rows.exclude(pk__in=seen).exclude(operation__in=full).in_claim_order()
+            rows = rows.exclude(pk__in=seen).exclude(operation__in=full)
+            if held is not None:
+                rows = rows.exclude(held)
+            rows = rows.in_claim_order()
             for row in lock_for_update(rows, skip_locked=True)[:window]:
                 found[row.pk] = row
         exhausted = len(found) < window
@@ -281,6 +360,11 @@ def claim_from(
             if scope_free is not None and scope_free - adds_running < 0:
                 full_scopes.add(row.scope)
                 continue
+            if flows is not None and flows.covers(row):
+                holds = limits.admit(client, row, now, admission)
+                if holds is not None:
+                    held = holds.rows if held is None else held | holds.rows
+                    continue
             if free is not None:
                 slots[row.operation] = free - adds_running
             if scope_free is not None:

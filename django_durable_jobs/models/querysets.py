@@ -144,6 +144,18 @@ class JobQuerySet(models.QuerySet):
         """Rows no pause in force holds (a probe of the small pause table per candidate)."""
         return self.filter(~_pause_holds())
 
+    def unless_any_pause(self) -> JobQuerySet:
+        """These rows while no pause at all is in force; none while any is.
+
+        The claim's fast statement uses it while it has met no pause lately: PostgreSQL checks
+        it once per statement, where the probe of ``unpaused`` becomes an anti-join that looks
+        up the pause table for every pending row before the claim sorts them (about a sixth
+        of the drain rate with a backlog of thousands).
+        """
+        from . import JobPause
+
+        return self.filter(~Exists(JobPause.objects.filter(active=True)))
+
     def in_claim_order(self) -> JobQuerySet:
         return self.order_by("-priority", "run_after", "created_at", "id")
 

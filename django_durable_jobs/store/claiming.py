@@ -19,15 +19,17 @@ of pending work. Taking one row (:func:`take`) is a compare-and-set on the epoch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db.models import F
 
 from ..database.dbvendor import lock_for_update
 from ..database.transactions import bounded_atomic
-from ..models import Job
+from ..models import Job, JobPause
 from ..rules import quotas, registry, validation
 from ..rules.errors import NotReclaimable
 from ..rules.execution import Execution
@@ -50,10 +52,14 @@ CLAIM_BATCH_MAX = 1000
 STATEMENTS = "claim statements"  # compiled claims, by filter set and limit
 TURN = "claim turn"  # the scope this client's last claim of pending work served
 FLOW_PASS = "flow pass"  # when this client last looked at work a flow limit covers
+PAUSES_SEEN = "pauses seen"  # when this client's fast claim last met a pause in force
 # A worker whose free work fills every claim still looks at limited work this often; a claim
 # that finds free slots left looks at once. Measured: the look costs a few statements even
 # when it finds nothing, which at every claim halved an unlimited drain (docs/benchmarks.md).
 FLOW_PASS_SECONDS = 0.05
+# After meeting a pause in force, the fast claim probes each row for pauses this long before it
+# tries the cheaper statement that claims nothing while any pause is in force (see unpaused).
+PAUSES_SEEN_SECONDS = 5.0
 
 
 class Disagreement(Exception):
@@ -106,12 +112,14 @@ def claim_batch(
     capped = claims_capacity(ops, max_running)
     passed_over = None  # rows the fast path leaves to the exact one (limited ones)
 
-    def candidates(now: datetime, *, passing_over: bool = True):
-        base = (
-            fence.epoch_can_advance(client_room.jobs(client))
-            .filter(attempts__lt=validation.ATTEMPTS_MAX)
-            .unpaused()
+    def candidates(now: datetime, *, passing_over: bool = True, pauses: str = "probe"):
+        base = fence.epoch_can_advance(client_room.jobs(client)).filter(
+            attempts__lt=validation.ATTEMPTS_MAX
         )
+        if pauses == "probe":
+            base = base.unpaused()
+        elif pauses == "none in force":
+            base = base.unless_any_pause()
         if ops is not None:
             base = base.filter(operation__in=ops)
         if queue_names is not None:
@@ -120,9 +128,11 @@ def claim_batch(
             base = base.exclude(passed_over)
         return base
 
-    def pending_and_rare(now: datetime):
-        base = candidates(now)
-        return base, base.retry_or_resume(now, resume)
+    def pending_and_rare(now: datetime, pauses: str = "probe"):
+        # The rare rows only leave the fast path (they are claimed on the exact one), so
+        # they need no probe of the pauses.
+        rare = candidates(now, pauses="ignored").retry_or_resume(now, resume)
+        return candidates(now, pauses=pauses), rare
 
     def exact(only, take_at_most: int, *, only_limited: bool = False) -> list[Claimed]:
         claimed: list[Claimed] = []
@@ -182,6 +192,13 @@ def claim_batch(
                 return claimed
     if not capped:
         left = limit - len(claimed)
+        # The fast statement probes every candidate for a pause only while pauses are about:
+        # otherwise it claims nothing at all when any pause is in force (a check PostgreSQL
+        # makes once per statement), and the first such miss switches it to probing.
+        seen = client.memo.get(PAUSES_SEEN)
+        pauses = "none in force"
+        if seen is not None and abs(time.monotonic() - seen) < PAUSES_SEEN_SECONDS:
+            pauses = "probe"
         key = (
             None if ops is None else tuple(ops),
             None if queue_names is None else tuple(queue_names),
@@ -189,19 +206,28 @@ def claim_batch(
             left,
             turn is not None,
             flows,
+            pauses,
         )
         fast: list[Claimed] = []
         nothing = False
         try:
             with bounded_atomic(client.using):
                 now = client_room.now(client)
-                fast = claim_pending_fast(client, pending_and_rare, key, now, left, turn)
+                fast = claim_pending_fast(
+                    client, partial(pending_and_rare, pauses=pauses), key, now, left, turn
+                )
             if fast:
                 if turn is not None:
                     client.memo[TURN] = fast[0].job.scope
             else:
                 base, rare = pending_and_rare(now)
                 nothing = not (base.pending_due(now).exists() or rare.exists())
+                if (
+                    not nothing
+                    and pauses != "probe"
+                    and JobPause.objects.using(client.using).filter(active=True).exists()
+                ):
+                    client.memo[PAUSES_SEEN] = time.monotonic()
         except Disagreement:
             pass  # rolled back untouched; the exact path below checks rows one by one
         claimed += fast

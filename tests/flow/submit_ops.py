@@ -1,17 +1,22 @@
-"""Operations the submit-side flow control tests declare (imported by the tests and their children).
+"""Operations the submit-side flow control tests declare, registered for their tests only.
 
-Registering is idempotent (the same function again), so a racing child imports this module too.
+``registered()`` registers them for a block (the tests' fixture); a racing child calls
+``register()``. They are not registered on import: an operation with a rate limit or a key in
+the registry changes every worker's claim (the limited pass), which other tests' statement
+counts would see.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
-from django_durable_jobs.rules.registry import operation
+from django_durable_jobs.rules import registry
 
 ACTIVE = "flow.unique_active"
 WINDOW = "flow.unique_window"
-KEYED = "flow.keyed"
+KEYED = "flow.submit.keyed"
 UNIQUE_KEYED = "flow.unique_keyed"
 PLAIN = "flow.plain"
 WINDOW_LENGTH = timedelta(minutes=10)
@@ -25,39 +30,58 @@ def _customer(payload):
     return payload["customer"]
 
 
-@operation(ACTIVE, unique_while="active")
 def unique_active(ctx, payload):
     return payload
 
 
-@operation(WINDOW, unique_for=WINDOW_LENGTH)
 def unique_window(ctx, payload):
     return payload
 
 
-@operation(
-    KEYED,
-    rate_limit="10/s",
-    rate_key=_provider,
-    max_running_per_key=1,
-    concurrency_key=_customer,
-)
 def keyed(ctx, payload):
     return payload
 
 
-@operation(
-    UNIQUE_KEYED,
-    unique_while="active",
-    rate_limit="5/m",
-    rate_key=_provider,
-    max_running_per_key=2,
-    concurrency_key=_customer,
-)
 def unique_keyed(ctx, payload):
     return payload
 
 
-@operation(PLAIN)
 def plain(ctx, payload):
     return payload
+
+
+def register() -> None:
+    """Register every operation here (again is harmless: the same function)."""
+    registry.operation(ACTIVE, unique_while="active")(unique_active)
+    registry.operation(WINDOW, unique_for=WINDOW_LENGTH)(unique_window)
+    registry.operation(
+        KEYED,
+        rate_limit="10/s",
+        rate_key=_provider,
+        max_running_per_key=1,
+        concurrency_key=_customer,
+    )(keyed)
+    registry.operation(
+        UNIQUE_KEYED,
+        unique_while="active",
+        rate_limit="5/m",
+        rate_key=_provider,
+        max_running_per_key=2,
+        concurrency_key=_customer,
+    )(unique_keyed)
+    registry.operation(PLAIN)(plain)
+
+
+def unregister() -> None:
+    for name in (ACTIVE, WINDOW, KEYED, UNIQUE_KEYED, PLAIN):
+        registry.unregister(name)
+
+
+@contextmanager
+def registered() -> Iterator[None]:
+    """Register the operations for the block."""
+    register()
+    try:
+        yield
+    finally:
+        unregister()

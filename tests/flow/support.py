@@ -37,11 +37,13 @@ def pending(
     priority: int = 0,
     prefix: str = "",
 ) -> list[Job]:
-    """Defer ``count`` jobs and write their flow keys and queue on the rows themselves."""
+    """Defer ``count`` jobs, then write their flow keys, queue and priority on the rows."""
     jobs = []
     for i in range(count):
         key = f"{operation}-{prefix}{rate_key}{concurrency_key}-{i}"
-        job = store.defer(operation, submission({"i": i}, key=key))
+        # The input names the keys, so an operation's key functions find them at submit.
+        payload = {"i": i, "provider": rate_key or "-", "customer": concurrency_key or "-"}
+        job = store.defer(operation, submission(payload, key=key))
         Job.objects.filter(pk=job.pk).update(
             queue=queue, rate_key=rate_key, concurrency_key=concurrency_key, priority=priority
         )

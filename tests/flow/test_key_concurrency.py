@@ -20,7 +20,7 @@ from tests.support import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-KEYED = "flow.keyed"
+KEYED = "flow.claim.keyed"
 FREE = "flow.free"
 
 

@@ -27,6 +27,13 @@ from tests.support import assert_refused, db_state, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
+@pytest.fixture(autouse=True)
+def _operations():
+    with ops.registered():
+        yield
+
+
 CONFLICT = "E_JOB_IDEMPOTENCY_CONFLICT"
 
 

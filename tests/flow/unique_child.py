@@ -105,7 +105,9 @@ def main(argv: list[str]) -> None:
 
     action, raw = argv
     django.setup()
-    import tests.flow.submit_ops  # noqa: F401 - registers the operations
+    from tests.flow import submit_ops
+
+    submit_ops.register()
 
     race_child.RACES.update(RACES)
     race_child._race(action, json.loads(raw))

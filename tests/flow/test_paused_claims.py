@@ -9,12 +9,15 @@ nothing; ending the pause (``active`` NULL) releases the work at the next claim.
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_durable_jobs.models import Job, JobPause, JobStatus
 from django_durable_jobs.rules.errors import CapacityReached
 from django_durable_jobs.store import DurableJobStore, Submission
 from tests.flow.support import declared, flow_state, pending
+from tests.store.batch_support import statements
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,3 +111,24 @@ def test_the_explicit_claim_refuses_paused_work_and_writes_nothing(store):
         assert flow_state() == before
         _resume(pause)
         assert store.claim(job.pk).epoch == 1
+
+
+def test_the_fast_claim_takes_unpaused_work_before_and_after_it_meets_a_pause(store):
+    """Its statement claims nothing while any pause is in force; the first miss makes it probe
+    each row instead, so unpaused work keeps moving on the one-statement path."""
+    with declared(OP), declared(OTHER):
+        pending(store, OP, 2, priority=10)
+        pending(store, OTHER, 6)
+        assert _operations(store.claim_next(limit=2)) == [OP, OP]  # no pause: the cheap statement
+        pending(store, OP, 2, priority=10, prefix="again")
+        _pause("operation", OP)
+        first = store.claim_next(limit=2)  # misses on the cheap statement, then the exact path
+        with CaptureQueriesContext(connection) as queries:
+            second = store.claim_next(limit=2)  # probing statement, one round
+        assert _operations(first) == _operations(second) == [OTHER, OTHER]
+        # The one-statement path, as with no pause (MariaDB: a locking read, an update, and its
+        # read of rarer work; see tests/store/test_claiming.py).
+        assert len(statements(queries.captured_queries)) == (
+            3 if connection.vendor == "mysql" else 1
+        )
+        assert Job.objects.filter(operation=OP, status=JobStatus.PENDING).count() == 2

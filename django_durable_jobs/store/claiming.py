@@ -164,12 +164,67 @@ def claim_batch(
             limits.create_missing(client.using, admission)
         return claimed
 
+    def rated_at_once(name: str, take_at_most: int) -> list[Claimed] | None:
+        """Claim work of ``name``, whose only limit is a whole rate limit, in one statement.
+
+        The bucket's row is locked (skipped when another claimer holds it), its room read, up
+        to that many pending jobs taken on the one-statement path, and their starts logged,
+        all in one transaction. Returns None when the row-by-row path must look instead
+        (rarer work waits, or a row Python finds defective).
+        """
+        queued = sorted(flows.queues)
+
+        def build(now: datetime, pauses: str = "probe"):
+            mine = candidates(now, passing_over=False, pauses=pauses).filter(operation=name)
+            if queued:
+                mine = mine.exclude(queue__in=queued)  # a queue limit too: one by one
+            rare = candidates(now, passing_over=False, pauses="ignored").filter(operation=name)
+            return mine, rare.retry_or_resume(now, resume)
+
+        for _ in range(2):  # again only after creating the bucket's missing row
+            admission = limits.Admission()
+            try:
+                with bounded_atomic(client.using):
+                    now = client_room.now(client)
+                    room, starts = limits.bucket_room(client, name, now, admission)
+                    size = min(room, take_at_most)
+                    if not size:
+                        taken = []
+                    else:
+                        key = ("rated", name, tuple(sorted(resume)), size, turn is not None)
+                        taken = claim_pending_fast(client, build, key, now, size, turn)
+                        limits.record_starts(name, starts, len(taken), now, admission)
+                        admission.flush(client.using, now)
+            except Disagreement:
+                return None
+            if not admission.missing:
+                if taken and turn is not None:
+                    client.memo[TURN] = taken[0].job.scope
+                return None if size and not taken else taken
+            limits.create_missing(client.using, admission)
+        return []
+
     def limited(at: datetime, take_at_most: int) -> list[Claimed]:
         """Claim limited work (unless every bucket over it is known to be full)."""
         client.memo[FLOW_PASS] = at
         if limits.all_remembered_full(client, flows, at):
             return []
-        return exact(flows.rows(), take_at_most, only_limited=True)
+        claimed: list[Claimed] = []
+        at_once = []
+        for name in flows.plainly_rated():
+            if len(claimed) == take_at_most:
+                break
+            if limits.known_full(client, "operation", name, at):
+                at_once.append(name)  # its jobs could not start before the bucket frees
+                continue
+            taken = rated_at_once(name, take_at_most - len(claimed))
+            if taken is not None:
+                at_once.append(name)
+                claimed += taken
+        if len(claimed) < take_at_most and not flows.all_at_once(at_once):
+            left = take_at_most - len(claimed)
+            claimed += exact(flows.rows_one_by_one(at_once), left, only_limited=True)
+        return claimed
 
     turn = None if client.scope is not None else client.memo.get(TURN, "")
     claimed: list[Claimed] = []

@@ -66,6 +66,37 @@ class Limits:
     def covers(self, row: Job) -> bool:
         return row.operation in self.operations or row.queue in self.queues
 
+    def plainly_rated(self) -> list[str]:
+        """Return the operations whose only limit is one whole ``rate_limit`` (no key).
+
+        Their work can be admitted in one step per claim: the bucket's room is the number of
+        jobs the claim may start, taken in one statement (``claiming``), as long as no queue
+        limit covers the same rows (those rows are left to the row-by-row path).
+        """
+        found = []
+        for name in sorted(self.operations):
+            op_flow = flow.of_operation(name)
+            if op_flow.rate_limit is not None and op_flow.rate_key is None:
+                if op_flow.max_running_per_key is None:
+                    found.append(name)
+        return found
+
+    def all_at_once(self, batched: Iterable[str]) -> bool:
+        """Return True when ``batched`` operations leave no limited row to the row-by-row path."""
+        return not self.queues and self.operations <= set(batched)
+
+    def rows_one_by_one(self, batched: Iterable[str]) -> Q:
+        """Return the limited rows the row-by-row path takes when ``batched`` operations' plain
+        rate limits were admitted in one step (their rows under a queue limit stay here)."""
+        condition = self.rows()
+        batched = sorted(batched)
+        if batched:
+            alone = Q(operation__in=batched)
+            if self.queues:
+                alone &= ~Q(queue__in=sorted(self.queues))
+            condition &= ~alone
+        return condition
+
 
 def limits_for(ops: Iterable[str] | None, queue_names: Iterable[str] | None) -> Limits | None:
     """Return the limits a claim of ``ops`` from ``queue_names`` (None: any) can meet."""
@@ -102,6 +133,11 @@ def remembered_full(client: Client, now: datetime) -> Q | None:
             part = Q(operation=name)
         condition = part if condition is None else condition | part
     return condition
+
+
+def known_full(client: Client, target: str, name: str, now: datetime) -> bool:
+    """Return True when this client knows the whole bucket of ``name`` is full at ``now``."""
+    return client.memo.get(FULL, {}).get((target, name, ""), 0.0) > now.timestamp()
 
 
 def all_remembered_full(client: Client, limits: Limits, now: datetime) -> bool:
@@ -241,6 +277,36 @@ def admit(
     if slot is not None:
         admission.key_free[slot] -= 1
     return None
+
+
+def bucket_room(
+    client: Client, operation: str, now: datetime, admission: Admission
+) -> tuple[int, list[float] | None]:
+    """Lock the whole bucket of ``operation``'s plain rate limit; return its room and log.
+
+    ``(0, None)`` when another claimer holds the row (or it does not exist yet: noted in
+    ``admission.missing``); a full bucket is remembered, like ``admit`` does.
+    """
+    limit = flow.of_operation(operation).rate_limit
+    starts = admission.log(client.using, "operation", operation, "")
+    if starts is None:
+        return 0, None
+    room, frees = flow.rate_room(starts, limit, now.timestamp())
+    if room <= 0:
+        client.memo.setdefault(FULL, {})[("operation", operation, "")] = frees
+    return max(room, 0), starts
+
+
+def record_starts(
+    operation: str, starts: list[float], count: int, now: datetime, admission: Admission
+) -> None:
+    """Append ``count`` starts at ``now`` to the locked log (written by ``admission.flush``)."""
+    if count:
+        limit = flow.of_operation(operation).rate_limit
+        starts.extend([now.timestamp()] * count)
+        starts.sort()
+        del starts[: -limit.count]
+        admission.dirty.add(("operation", operation, ""))
 
 
 def _key_room(client: Client, row: Job, cap: int, admission: Admission) -> Held | None:

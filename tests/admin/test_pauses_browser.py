@@ -65,11 +65,14 @@ def write_scene() -> str:
     Job.objects.filter(pk=busy.pk).update(concurrency_key="cus_42")
     DurableJobStore(actor="worker-1", lease_seconds=600).claim(busy.pk)  # cus_42 is at work
     now = timezone.now()
-    RateBucket.objects.create(
+    # The claim above logged its start in the bucket: fill the bucket's log.
+    RateBucket.objects.update_or_create(
         id=flow.bucket_id("operation", LIMITED),
-        target="operation",
-        name=LIMITED,
-        starts=json.dumps([(now - timedelta(seconds=5 * i)).timestamp() for i in range(10)]),
+        defaults={
+            "target": "operation",
+            "name": LIMITED,
+            "starts": json.dumps([(now - timedelta(seconds=5 * i)).timestamp() for i in range(10)]),
+        },
     )
     return str(held)
 

@@ -28,6 +28,7 @@ TABLE = Job._meta.db_table
 RETRY_INDEX = "durable_jobs_retry_status_idx"
 # Every scan index leads with status, so any of them confines a scan to the live rows.
 CLAIM_INDEX = "durable_jobs_scope_claim_idx"
+OPERATION_CLAIM_INDEX = "durable_jobs_operation_claim_idx"  # made by migration 0018
 OUR_INDEXES = {CLAIM_INDEX, "durable_jobs_lease_idx", RETRY_INDEX}
 TERMINAL_ROWS = 20_000
 PROPOSAL = '{"n":1}'
@@ -248,3 +249,31 @@ def test_the_retry_scan_uses_the_retry_index_not_every_failed_row(crowded_table)
         f"key-{TERMINAL_ROWS + 50}",
         f"key-{TERMINAL_ROWS + 51}",
     ]
+
+
+@pytest.mark.parametrize("turn", [None, ""], ids=["scoped", "turns"])
+def test_one_operations_claim_reads_its_own_pending_rows_not_the_scopes(turn):
+    # Found by the flow benchmark: a rate-limited operation's claim (and a worker started with
+    # --operations) walked the scope's whole pending range in claim order, skipping every other
+    # operation's row: 8 ms a claim with 5,000 other jobs pending (22 ms with 19,000 on
+    # SQLite, choosing the scope), while holding the bucket.
+    done = {"status": JobStatus.COMPLETE, "owner_id": "old-owner", "fencing_epoch": 1}
+    done.update(attempts=1, completed_at=T0, result="1", progress=100.0, lease_expires_at=T0)
+    Job.objects.bulk_create(
+        [job_row(n, operation="mail.send") for n in range(3000)]
+        + [job_row(3000 + n, **done) for n in range(3000)]
+        + [job_row(6000 + n) for n in range(5)],
+        batch_size=1000,
+    )
+    analyze()
+    query = Job.objects.pending_due(NOW).filter(operation="reports.rebuild")
+    query = query.filter(scope="s1") if turn is None else query.scope_turn(turn)
+    used, full, plan = plan_indexes(query.in_claim_order()[:1])
+    assert not full, plan
+    # Every read of the table, the choice of the scope whose turn it is too: through another
+    # index it would walk the 3,000 other pending jobs ahead of this operation's first.
+    assert used == {OPERATION_CLAIM_INDEX}, plan
+    assert [j.idempotency_key for j in query.in_claim_order()[:1]] == ["key-6000"]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM sqlite_stat1")

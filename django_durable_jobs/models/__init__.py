@@ -138,7 +138,9 @@ class Job(models.Model):
             # queue), the overview's recent outcomes (docs/stats.md), is made by migration 0015,
             # partial (ended rows only, so a claim never writes to it; a full index cost the
             # drain about 8 %) where the database has partial indexes, plain on MariaDB, which
-            # Django would otherwise warn about on every command (models.W037).
+            # Django would otherwise warn about on every command (models.W037). Nor is
+            # durable_jobs_operation_claim_idx, one operation's pending rows in claim order (the
+            # claim of rate-limited work, a worker's --operations), made by migration 0018.
         ]
         permissions = [
             ("cancel_job", "Can request cancellation of a job"),

@@ -38,8 +38,14 @@ class ClaimStatement:
     returning: bool
 
     @classmethod
-    def compile(cls, using: str, build, limit: int, *, fair: bool) -> ClaimStatement:
-        """Compile the claim; with ``fair``, of the scope whose turn follows the one bound."""
+    def compile(
+        cls, using: str, build, limit: int, *, fair: bool, index: str | None = None
+    ) -> ClaimStatement:
+        """Compile the claim; with ``fair``, of the scope whose turn follows the one bound.
+
+        ``index`` names the index the candidates are read through where the planner must be
+        told (MariaDB and MySQL, see :func:`_read_through`).
+        """
         connection = connections[using]
         base, rare = build(_SENTINEL)
         candidates = base.pending_due(_SENTINEL)
@@ -52,6 +58,8 @@ class ClaimStatement:
             candidates = candidates.filter(~Exists(rare)).values(pk.attname)
         query = lock_for_update(candidates, skip_locked=True)[:limit].query
         sql, params = query.get_compiler(using).as_sql()
+        if index is not None and connection.vendor == "mysql":
+            sql = _read_through(using, sql, index)
         if returning:
             chosen = RawSQL(f"SELECT {quote(using, pk.column)} FROM claim", [])
             intact = (
@@ -102,3 +110,19 @@ class ClaimStatement:
             f"WHERE {table}.{pk} IN (SELECT {pk} FROM intact) RETURNING {columns}"
         )
         return fetch_jobs(using, sql, [*self._bind(using, now, turn), *params])
+
+
+def _read_through(using: str, sql: str, index: str) -> str:
+    """Return the candidates' SELECT reading the job table, and its scope's turn, via ``index``.
+
+    For the claim of one operation (a rate-limited one's): MariaDB's planner chose the scope
+    claim index for it and for the choice of the scope whose turn it is until ANALYZE TABLE
+    had run, and then still for that choice, walking every other operation's pending row ahead
+    of the first of its own: 21 ms a claim with 10,000 of them, while the claim held the
+    operation's rate-limit bucket. The rarer work's subquery keeps the planner's choice.
+    """
+    table = quote(using, Job._meta.db_table)
+    hint = f" FORCE INDEX ({quote(using, index)})"
+    for reader in (f"FROM {table}", f"FROM {table} {quote(using, 'V0')}"):
+        sql = sql.replace(f"{reader} WHERE", f"{reader}{hint} WHERE")
+    return sql

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,10 @@ from ..rules.vocabulary import JobStatus
 from .client import Client
 
 FULL = "flow full until"  # Client.memo: {(target, name, key): unix time the bucket frees}
+EXISTING = "flow rows seen"  # Client.memo: ids of gates and buckets this client found to exist
+# A whole bucket another claimer held is left alone this long (that claimer is taking its
+# room): measured, looking again at once made most limited passes find it held.
+BUSY_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,13 @@ class Limits:
                 if op_flow.max_running_per_key is None:
                     found.append(name)
         return found
+
+    def free_operations(self, ops: Iterable[str] | None) -> list[str] | None:
+        """Return the operations of ``ops`` no limit covers; None when that is not known by
+        operation (any operation claimed, or a queue limit covers rows of any operation)."""
+        if ops is None or self.queues:
+            return None
+        return [name for name in ops if name not in self.operations]
 
     def all_at_once(self, batched: Iterable[str]) -> bool:
         """Return True when ``batched`` operations leave no limited row to the row-by-row path."""
@@ -163,6 +175,18 @@ def all_remembered_full(client: Client, limits: Limits, now: datetime) -> bool:
     return all(full("queue", name) for name in limits.queues)
 
 
+def forget_full(client: Client, operations: Iterable[str]) -> None:
+    """Forget that the whole buckets of ``operations`` are full (their starts rolled back)."""
+    memo = client.memo.get(FULL, {})
+    for name in operations:
+        memo.pop(("operation", name, ""), None)
+
+
+def existing(client: Client) -> set[str]:
+    """Return the ids of the gates and buckets this client has found to exist."""
+    return client.memo.setdefault(EXISTING, set())
+
+
 # -- admission ------------------------------------------------------------------------------------
 
 
@@ -179,8 +203,10 @@ class Admission:
     (``waits=True``) creates and locks its job's few rows, waiting, in one fixed order.
     """
 
-    def __init__(self, *, waits: bool = False) -> None:
+    def __init__(self, *, waits: bool = False, existing: set[str] | None = None) -> None:
         self.waits = waits
+        # Ids of rows known to exist (gates and buckets are never deleted): no plain read first.
+        self.existing = existing if existing is not None else set()
         self.key_free: dict[tuple[str, str], int] = {}
         self.held: dict[tuple[str, str, str], Held] = {}
         self.missing: list[tuple[str, str, str, str]] = []  # (kind, target, name, key)
@@ -199,11 +225,14 @@ class Admission:
 
     def flush(self, using: str, now: datetime) -> None:
         """Write the starts admitted in this transaction to their buckets (before COMMIT)."""
-        for bucket in sorted(self.dirty):
-            pk, starts = self.logs[bucket]
-            RateBucket.objects.using(using).filter(pk=pk).update(
-                starts=json.dumps(starts), updated_at=now
-            )
+        if not self.dirty:
+            return
+        connection = connections[using]
+        at = connection.ops.adapt_datetimefield_value(now)
+        with connection.cursor() as cursor:
+            for bucket in sorted(self.dirty):
+                pk, starts = self.logs[bucket]
+                cursor.execute(_bucket_sql(using).update, [json.dumps(starts), at, pk])
         self.dirty.clear()
 
     def lock(self, using: str, kind: str, target: str, name: str, key: str) -> Any:
@@ -214,10 +243,56 @@ class Admission:
         rows = model.objects.using(using).filter(pk=pk)
         # A plain read first: a locking read of a missing row would lock the gap it falls in
         # (InnoDB), and a claimer creating another row there would wait on it.
-        if not rows.exists():
-            self.missing.append((kind, target, name, key))
-            return None
-        return lock_for_update(rows, skip_locked=True).first()
+        if pk not in self.existing:
+            if not rows.exists():
+                self.missing.append((kind, target, name, key))
+                return None
+            self.existing.add(pk)
+        if kind == "gate":
+            row = lock_for_update(rows, skip_locked=True).first()
+        else:  # a bucket: once per limited pass, so a statement compiled once
+            with connections[using].cursor() as cursor:
+                cursor.execute(_bucket_sql(using).lock, [pk])
+                found = cursor.fetchone()
+            row = None if found is None else RateBucket(pk=found[0], starts=found[1])
+        if row is None:
+            self.existing.discard(pk)  # held, or gone (a flushed table): read plainly next time
+        return row
+
+
+@dataclass(frozen=True)
+class BucketSQL:
+    lock: str  # one bucket's id and sliding log, locked (skipped when another claimer holds it)
+    update: str  # its sliding log and updated_at written, by id
+
+
+_BUCKET_SQL: dict[str, BucketSQL] = {}
+
+
+def _bucket_sql(using: str) -> BucketSQL:
+    """Return the bucket statements of ``using``'s database, compiled once per alias.
+
+    The limited pass locks and writes its bucket in every claim that looks at limited work,
+    inside the claim's transaction; built by the ORM each time they cost more than they ran
+    (SQLite holds its single write lock meanwhile).
+    """
+    statements = _BUCKET_SQL.get(using)
+    if statements is None:
+        connection = connections[using]
+        table = connection.ops.quote_name(RateBucket._meta.db_table)
+        pk, starts, updated = (
+            connection.ops.quote_name(RateBucket._meta.get_field(f).column)
+            for f in ("id", "starts", "updated_at")
+        )
+        lock = f"SELECT {pk}, {starts} FROM {table} WHERE {pk} = %s"
+        features = connection.features
+        if features.has_select_for_update_skip_locked:
+            lock += " FOR UPDATE SKIP LOCKED"
+        elif features.has_select_for_update:
+            lock += " FOR UPDATE"
+        update = f"UPDATE {table} SET {starts} = %s, {updated} = %s WHERE {pk} = %s"
+        statements = _BUCKET_SQL[using] = BucketSQL(lock, update)
+    return statements
 
 
 def admit(
@@ -285,11 +360,15 @@ def bucket_room(
     """Lock the whole bucket of ``operation``'s plain rate limit; return its room and log.
 
     ``(0, None)`` when another claimer holds the row (or it does not exist yet: noted in
-    ``admission.missing``); a full bucket is remembered, like ``admit`` does.
+    ``admission.missing``); a full bucket is remembered, like ``admit`` does, and so, for
+    BUSY_SECONDS or up to twice that, is a bucket another claimer holds.
     """
     limit = flow.of_operation(operation).rate_limit
     starts = admission.log(client.using, "operation", operation, "")
     if starts is None:
+        if not admission.missing:  # held by another claimer, admitting its room now
+            busy_until = now.timestamp() + BUSY_SECONDS * random.uniform(1.0, 2.0)
+            client.memo.setdefault(FULL, {})[("operation", operation, "")] = busy_until
         return 0, None
     room, frees = flow.rate_room(starts, limit, now.timestamp())
     if room <= 0:
@@ -298,15 +377,27 @@ def bucket_room(
 
 
 def record_starts(
-    operation: str, starts: list[float], count: int, now: datetime, admission: Admission
+    client: Client,
+    operation: str,
+    starts: list[float],
+    count: int,
+    now: datetime,
+    admission: Admission,
 ) -> None:
-    """Append ``count`` starts at ``now`` to the locked log (written by ``admission.flush``)."""
+    """Append ``count`` starts at ``now`` to the locked log (written by ``admission.flush``).
+
+    A bucket this fills is remembered as full until its first start leaves the window.
+    """
     if count:
         limit = flow.of_operation(operation).rate_limit
-        starts.extend([now.timestamp()] * count)
+        at = now.timestamp()
+        starts.extend([at] * count)
         starts.sort()
         del starts[: -limit.count]
         admission.dirty.add(("operation", operation, ""))
+        room, frees = flow.rate_room(starts, limit, at)
+        if room <= 0:
+            client.memo.setdefault(FULL, {})[("operation", operation, "")] = frees
 
 
 def _key_room(client: Client, row: Job, cap: int, admission: Admission) -> Held | None:

@@ -132,3 +132,23 @@ def test_the_fast_claim_takes_unpaused_work_before_and_after_it_meets_a_pause(st
             3 if connection.vendor == "mysql" else 1
         )
         assert Job.objects.filter(operation=OP, status=JobStatus.PENDING).count() == 2
+
+
+def test_free_work_is_claimed_beside_a_pause_and_a_limited_backlog(store):
+    # A claim that found no free work asks an index whether there is any before it looks again
+    # (flow control); that question ignores pauses, so a pause in force elsewhere still lets
+    # the claim find the free work that is not paused.
+    rated = "flow.rated"
+    ops = [rated, OP, OTHER]
+    with declared(rated, rate_limit="1/m"), declared(OP), declared(OTHER):
+        pending(store, rated, 3)
+        assert len(store.claim_next(operations=ops, limit=5)) == 1  # the bucket is full now
+        assert store.claim_next(operations=ops, limit=5) == []  # and no free work
+        _pause("operation", OP)
+        pending(store, OP, 2)
+        free = {str(job.pk) for job in pending(store, OTHER, 2)}
+        taken: set[str] = set()
+        for _ in range(3):
+            taken |= {str(lease.job_id) for lease in store.claim_next(operations=ops, limit=5)}
+        assert taken == free
+        assert Job.objects.filter(operation=OP, status=JobStatus.PENDING).count() == 2

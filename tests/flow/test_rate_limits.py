@@ -149,6 +149,30 @@ def test_a_client_that_knows_a_bucket_is_full_does_not_lock_it(store, clock):
         assert len(store.claim_next(limit=5)) == 1  # its memo expired: the bucket is read again
 
 
+def test_a_limited_backlog_is_not_walked_for_free_work_that_is_not_there(store, clock):
+    # The claim of free work passes over limited jobs in claim order: with only limited work
+    # waiting it read the whole backlog at every claim. After a claim that found no free work,
+    # the next ones ask the operation claim index first (fails when that probe is removed).
+    ops = [RATED, FREE]
+    with declared(RATED, rate_limit="1/m"), declared(FREE):
+        pending(store, RATED, 30)
+        assert len(store.claim_next(operations=ops, limit=5)) == 1
+        assert store.claim_next(operations=ops, limit=5) == []  # no free work: noted
+        table = Job._meta.db_table
+        with CaptureQueriesContext(connection) as queries:
+            assert store.claim_next(operations=ops, limit=5) == []
+        walks = [
+            q["sql"]
+            for q in queries.captured_queries
+            if table in q["sql"] and ("WITH claim" in q["sql"] or "FOR UPDATE" in q["sql"])
+        ]
+        assert not walks, walks
+        assert queries.captured_queries, "the probe itself is a query"
+        (free,) = pending(store, FREE, 1)
+        assert _taken(store.claim_next(operations=ops, limit=5)) == {str(free.pk)}
+        assert Job.objects.filter(operation=RATED, status=JobStatus.PENDING).count() == 29
+
+
 def test_a_rate_start_is_recorded_for_a_retry_too(store, clock):
     with declared(RATED, rate_limit="1/m"):
         (job,) = pending(store, RATED, 1)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.processes
 def test_flow_benchmark_smoke_run() -> None:
     suffix = f"smoke_{TEST_DB_SUFFIX}" if TEST_DB_SUFFIX else "smoke"
     command = [sys.executable, "-m", "benchmarks.flow", "--db", TEST_DB]
-    command += ["--free-jobs", "60", "--limited-jobs", "250", "--threads", "2"]
+    command += ["--free-jobs", "60", "--limited-jobs", "250", "--threads", "2", "--rounds", "1"]
     env = {**os.environ, "DURABLE_JOBS_FLOW_BENCH_SUFFIX": suffix}
     try:
         done = subprocess.run(

@@ -5,17 +5,17 @@ worker started with ``--operations``. Without this index the claim walked the sc
 pending range in claim order and filtered out every other operation's row: with 5,000 other jobs
 pending, 8 ms a claim, while holding the operation's rate-limit bucket.
 
-Partial where the database has partial indexes (PostgreSQL, SQLite): pending rows only, so a
-claim or an ending never adds an entry. Only a query that names an operation may use it, so the
-scope claim keeps the scope claim index. On PostgreSQL ``operation IS NOT NULL`` (always true)
-sees to that. SQLite cannot prove that condition from ``operation = ?``, and once ANALYZE had
-found a single operation in the table it skip-scanned an operation-led index for the scope claim
-and sorted the backlog; there the index leads with ``status`` (constant in it), and SQLite
-skip-scans only an index's leading columns, never one after a column it has an equality for.
-Led by scope instead, it served the claim itself but not the choice of the scope whose turn it
-is, which walked every other operation's pending row ahead of the first of its own (22 ms a
-claim with 19,000 of them). MariaDB and MySQL have no partial indexes: there it is a plain index
-led by status, like the scope claim index. Made here rather than declared in
+Only a query that names an operation may use it, so the scope claim keeps the scope claim index.
+On PostgreSQL it is partial (pending rows only: a claim or an ending never adds an entry), and
+``operation IS NOT NULL`` (always true) keeps other queries off it. Elsewhere it is a plain index
+led by the status, like the scope claim index. SQLite skip-scans only an index's leading
+columns, never one after a column it has an equality for, so the scope claim is never read
+through it (led by the operation, it was once ANALYZE had found a single operation in the table,
+and the backlog was sorted; led by the scope, the choice of the scope whose turn it is walked
+every other operation's pending row ahead of its own, 22 ms a claim with 19,000 of them). Not
+partial there: with a partial index SQLite's claim statement, which moves rows out of
+``pending``, took 0.31 ms instead of 0.07, and an unlimited drain lost a fifth. MariaDB and
+MySQL have no partial indexes. Made here rather than declared in
 ``Job.Meta.indexes`` for the reason given in migration 0015.
 """
 
@@ -27,11 +27,8 @@ ORDER = "scope, priority DESC, run_after, created_at, id"
 
 def create_index(apps, schema_editor):
     vendor = schema_editor.connection.vendor
-    if vendor == "mysql":
+    if vendor in ("mysql", "sqlite"):
         sql = f"CREATE INDEX {NAME} ON durable_jobs_job (status, operation, {ORDER})"
-    elif vendor == "sqlite":
-        sql = f"CREATE INDEX {NAME} ON durable_jobs_job (status, operation, {ORDER})"
-        sql += " WHERE status = 'pending'"
     else:
         sql = (
             f"CREATE INDEX {NAME} ON durable_jobs_job (operation, {ORDER})"

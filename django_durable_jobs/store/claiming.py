@@ -276,15 +276,12 @@ def claim_batch(
         last = client.memo.get(FLOW_PASS)
         wait = client.memo.get(FLOW_WAIT, FLOW_PASS_SECONDS)
         due = last is None or not timedelta(0) <= at - last < timedelta(seconds=wait)
-        if due and flows.all_at_once(flows.plainly_rated()):
+        plain = flows.plainly_rated() if due else []
+        if due and flows.all_at_once(plain):
             # Only whole rate limits: their room is taken in the fast claim's own
             # transaction (one BEGIN and COMMIT for both, which a single-writer SQLite feels).
             client.memo[FLOW_PASS] = at
-            rated = [
-                name
-                for name in flows.plainly_rated()
-                if not limits.known_full(client, "operation", name, at)
-            ]
+            rated = [name for name in plain if not limits.known_full(client, "operation", name, at)]
             if not rated:  # every bucket is known full: nothing to look at until it frees
                 pass_waits(client, wait, ran_short=False)
             limited_pass = True

@@ -175,6 +175,11 @@ def all_remembered_full(client: Client, limits: Limits, now: datetime) -> bool:
     return all(full("queue", name) for name in limits.queues)
 
 
+def remember_full(client: Client, bucket: tuple[str, str, str], until: float) -> None:
+    """Remember that ``bucket`` ((target, name, key)) admits no start before ``until``."""
+    client.memo.setdefault(FULL, {})[bucket] = until
+
+
 def forget_full(client: Client, operations: Iterable[str]) -> None:
     """Forget that the whole buckets of ``operations`` are full (their starts rolled back)."""
     memo = client.memo.get(FULL, {})
@@ -334,7 +339,7 @@ def admit(
             return held
         room, frees = flow.rate_room(starts, limit, at)
         if room <= 0:
-            client.memo.setdefault(FULL, {})[(target, name, key)] = frees
+            remember_full(client, (target, name, key), frees)
             held = Held(
                 f"the rate limit {limit} of {_named(target, name, key)} is used up until "
                 f"{_when(frees)}",
@@ -368,11 +373,11 @@ def bucket_room(
     if starts is None:
         if not admission.missing:  # held by another claimer, admitting its room now
             busy_until = now.timestamp() + BUSY_SECONDS * random.uniform(1.0, 2.0)
-            client.memo.setdefault(FULL, {})[("operation", operation, "")] = busy_until
+            remember_full(client, ("operation", operation, ""), busy_until)
         return 0, None
     room, frees = flow.rate_room(starts, limit, now.timestamp())
     if room <= 0:
-        client.memo.setdefault(FULL, {})[("operation", operation, "")] = frees
+        remember_full(client, ("operation", operation, ""), frees)
     return max(room, 0), starts
 
 
@@ -397,7 +402,7 @@ def record_starts(
         admission.dirty.add(("operation", operation, ""))
         room, frees = flow.rate_room(starts, limit, at)
         if room <= 0:
-            client.memo.setdefault(FULL, {})[("operation", operation, "")] = frees
+            remember_full(client, ("operation", operation, ""), frees)
 
 
 def _key_room(client: Client, row: Job, cap: int, admission: Admission) -> Held | None:

@@ -104,7 +104,10 @@ class LockPolicy:
             )
 
     def restore(self) -> None:
-        if self.previous is None or not self.connection.is_usable():
+        connection = self.connection
+        # A connection closed during the transaction (Django drops one it found broken) is
+        # left closed: the next one starts with the server's defaults.
+        if self.previous is None or connection.connection is None or not connection.is_usable():
             return
         with self.connection.cursor() as cursor:
             if self.connection.vendor == "sqlite":

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.models import Job, JobStatus
@@ -492,3 +492,26 @@ def test_bounded_transaction_caps_lock_waits_at_the_remaining_budget(
         (cap,) = caps
         assert budget - 1 < cap <= budget
     assert lock_setting() == unusual_lock_setting
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="an embedded database has no connection to lose"
+)
+def test_a_connection_closed_inside_a_bounded_call_is_a_database_error(store, unusual_lock_setting):
+    """A connection closed mid-call (Django closes one found broken) surfaces as the error it is.
+
+    Restoring the lock-wait setting must leave a closed connection closed (a new one starts
+    with the defaults), not ask it whether it is usable: MariaDB's driver raised AttributeError
+    there, which a worker took for the job's own failure and ended the job failed.
+    """
+    case = _complete_case(store)
+    before = db_state()
+    case.hooks.append(connection.close)
+
+    # Django's error, or the driver's where Django's cursor wrapper is not in the way.
+    with pytest.raises((DatabaseError, connection.Database.DatabaseError)):
+        case.call(_execution(case, budget=10))
+
+    assert case.callbacks == ["mutation"]
+    assert db_state() == before  # read on a new connection: nothing of the call was written
+    assert not case.effect()

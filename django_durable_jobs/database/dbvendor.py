@@ -327,6 +327,28 @@ def ids_condition(using: str, column: str, ids: list, prep) -> tuple[str, list]:
     return f"{column} IN ({', '.join(['%s'] * len(values))})", values
 
 
+def read_through(using: str, sql: str, table: str, index: str = "PRIMARY") -> str:
+    """Return ``sql`` reading ``table`` only through ``index`` on MariaDB and MySQL.
+
+    ``sql`` is an UPDATE of ``table`` or a SELECT from it (unaliased or aliased ``V0``, as
+    Django writes it). By default, the primary key: a statement that changes or locks rows by
+    id must touch only those rows. While a table's running or pending rows churn, MariaDB's
+    planner sometimes reads such a statement through a status-led index instead; it then locks
+    every row of that status it passes, rows other workers hold, and two such statements wait
+    on each other until one is aborted (``1213 Deadlock found``). Elsewhere ``sql`` is returned
+    unchanged (PostgreSQL and SQLite lock only the rows a statement changes).
+    """
+    if connections[using].vendor != "mysql":
+        return sql
+    hint = f"FORCE INDEX ({index if index == 'PRIMARY' else quote(using, index)})"
+    hinted = sql.replace(f"UPDATE {table} SET ", f"UPDATE {table} {hint} SET ", 1)
+    for reader in (f"FROM {table}", f"FROM {table} {quote(using, 'V0')}"):
+        hinted = hinted.replace(f"{reader} WHERE", f"{reader} {hint} WHERE")
+    if hinted == sql:
+        raise ValueError(f"No read of {table} to give an index to in: {sql[:200]}")
+    return hinted
+
+
 def no_ids(params: list) -> bool:
     """Return True when the parameters of an ``ids_condition`` name no id at all."""
     return not params or params == ["{}"]

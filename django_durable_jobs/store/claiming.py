@@ -46,6 +46,7 @@ from . import capacity, ending, fence, limits
 from . import client as client_room
 from .client import Client
 from .sql.claim import ClaimStatement
+from .sql.rows import update_by_ids
 
 CLAIM_BATCH_MAX = 1000
 OPERATION_CLAIM_INDEX = "durable_jobs_operation_claim_idx"  # made by migration 0018
@@ -454,11 +455,10 @@ def claim_pending_fast(
         rows = [row for row in chosen if is_authentic_pending(row)]
         if rows:
             counters = {"fencing_epoch": F("fencing_epoch") + 1, "attempts": 1}
-            matched = (
-                Job.objects.using(client.using)
-                .filter(pk__in=[row.pk for row in rows], status=JobStatus.PENDING)
-                .update(**changes, **counters)
+            chosen = Job.objects.using(client.using).filter(
+                pk__in=[row.pk for row in rows], status=JobStatus.PENDING
             )
+            matched = update_by_ids(chosen, **changes, **counters)
             if matched != len(rows):  # the rows are locked: this cannot happen
                 raise fence.changed_under_lock("claiming")
             for row in rows:

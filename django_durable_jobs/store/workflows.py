@@ -47,6 +47,7 @@ from ..rules.vocabulary import JobStatus, Ownership, UpstreamFailure, assess_own
 from . import capacity
 from . import client as client_room
 from .client import Client, require_caller_transaction, resolve_scope
+from .sql.rows import lock_by_ids, update_by_ids
 
 T = TypeVar("T")
 CANCELLED_WITH_WORKFLOW = "Cancelled with its workflow{by}."
@@ -356,7 +357,8 @@ def _tell_children(client: Client, parents: dict[Any, Job], now: datetime) -> di
         if children[pk].waiting_on > count:
             by_count.setdefault(count, []).append(pk)
     for count, pks in by_count.items():
-        jobs.filter(pk__in=pks, status=JobStatus.WAITING).update(waiting_on=F("waiting_on") - count)
+        waiting = jobs.filter(pk__in=pks, status=JobStatus.WAITING)
+        update_by_ids(waiting, waiting_on=F("waiting_on") - count)
     release(client, [children[pk] for pk in released], now)
     return cancelled
 
@@ -370,12 +372,12 @@ def release(client: Client, rows: Sequence[Job], now: datetime) -> None:
     rerun = [row.pk for row in rows if row.attempts > 0]
     common = {"waiting_on": 0, "released_at": now, "run_after": now}
     if fresh:
-        jobs.filter(pk__in=fresh, status=JobStatus.WAITING).update(
-            status=JobStatus.PENDING, **common
-        )
+        waiting = jobs.filter(pk__in=fresh, status=JobStatus.WAITING)
+        update_by_ids(waiting, status=JobStatus.PENDING, **common)
     if rerun:  # a retried workflow's job that ran before: claimed like a retry request
-        jobs.filter(pk__in=rerun, status=JobStatus.WAITING).update(
-            status=JobStatus.SLEEPING, retry_requested_at=now, sleep_until=None, **common
+        waiting = jobs.filter(pk__in=rerun, status=JobStatus.WAITING)
+        update_by_ids(
+            waiting, status=JobStatus.SLEEPING, retry_requested_at=now, sleep_until=None, **common
         )
     for queue in sorted({row.queue for row in rows}):
         notify_work(client.using, queue)
@@ -418,12 +420,13 @@ def retrying(client: Client, row: Job) -> None:
     )
     waiting = [
         child.pk
-        for child in jobs.select_for_update()
-        .filter(pk__in=sorted(children, key=str), status=JobStatus.WAITING)
-        .order_by("pk")
+        for child in lock_by_ids(
+            jobs.filter(pk__in=sorted(children, key=str), status=JobStatus.WAITING).order_by("pk")
+        )
     ]
     if waiting:
-        jobs.filter(pk__in=waiting, status=JobStatus.WAITING).update(waiting_on=F("waiting_on") + 1)
+        waiting_rows = jobs.filter(pk__in=waiting, status=JobStatus.WAITING)
+        update_by_ids(waiting_rows, waiting_on=F("waiting_on") + 1)
 
 
 def _upstream_reason(parent: Job) -> str:
@@ -466,9 +469,8 @@ def _cancel(client: Client, workflow_id: Any, by: str) -> WorkflowAnswer:
         )
         row.status = JobStatus.CANCELLED
     if requested:
-        jobs.filter(pk__in=[r.pk for r in requested], status=JobStatus.RUNNING).update(
-            cancellation_requested_at=now
-        )
+        running = jobs.filter(pk__in=[r.pk for r in requested], status=JobStatus.RUNNING)
+        update_by_ids(running, cancellation_requested_at=now)
     Workflow.objects.using(client.using).filter(pk=workflow.pk).update(
         cancel_requested_at=now, requested_by=by
     )

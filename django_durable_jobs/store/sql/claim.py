@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Exists
 from django.db.models.expressions import RawSQL
 
-from ...database.dbvendor import can_update_returning, lock_for_update, quote
+from ...database.dbvendor import can_update_returning, lock_for_update, quote, read_through
 from ...models import Job
 from .rows import fetch_jobs, names
 
@@ -121,8 +121,4 @@ def _read_through(using: str, sql: str, index: str) -> str:
     of the first of its own: 21 ms a claim with 10,000 of them, while the claim held the
     operation's rate-limit bucket. The rarer work's subquery keeps the planner's choice.
     """
-    table = quote(using, Job._meta.db_table)
-    hint = f" FORCE INDEX ({quote(using, index)})"
-    for reader in (f"FROM {table}", f"FROM {table} {quote(using, 'V0')}"):
-        sql = sql.replace(f"{reader} WHERE", f"{reader}{hint} WHERE")
-    return sql
+    return read_through(using, sql, quote(using, Job._meta.db_table), index)

@@ -16,7 +16,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.core.exceptions import EmptyResultSet
+from django.db import connections, transaction
+from django.db.models import Model, QuerySet
+from django.db.models.sql import UpdateQuery
 
 from ...database.dbvendor import (
     ids_condition,
@@ -24,6 +27,7 @@ from ...database.dbvendor import (
     locked_in_id_order,
     no_ids,
     quote,
+    read_through,
     row_lock_clause,
     takes_json_rows,
 )
@@ -116,7 +120,7 @@ class JobRows:
         pk = quote(self.using, Job._meta.pk.column)
         sql = f"SELECT {self.columns} FROM {self.table} WHERE {' AND '.join(where)} ORDER BY {pk}"
         if lock:
-            sql += row_lock_clause(self.using)
+            sql = read_through(self.using, sql, self.table) + row_lock_clause(self.using)
         return {row.pk: row for row in fetch_jobs(self.using, sql, params)}
 
     def update_fenced(
@@ -180,6 +184,7 @@ class JobRows:
         params += holder_params
         self._scoped(where, params)
         sql = f"UPDATE {self.table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
+        sql = read_through(self.using, sql, self.table)
         with connection.cursor() as cursor:
             cursor.execute(sql, [*values, *params])
             return cursor.rowcount
@@ -245,6 +250,46 @@ class JobRows:
         with connection.cursor() as cursor:
             cursor.execute(sql, [*id_params, owner_id, *values, json.dumps(rows), *params])
             return cursor.rowcount
+
+
+def update_by_ids(rows: QuerySet, **changes: Any) -> int:
+    """Return ``rows.update(**changes)``, for ``rows`` picked by id, touching only those rows.
+
+    On MariaDB and MySQL the statement reads the table by its primary key alone
+    (:func:`~django_durable_jobs.database.dbvendor.read_through`); elsewhere this is
+    ``rows.update(**changes)``.
+    """
+    using = rows.db
+    if connections[using].vendor != "mysql":
+        return rows.update(**changes)
+    query = rows.query.chain(UpdateQuery)
+    query.add_update_values(changes)
+    try:
+        sql, params = query.get_compiler(using).as_sql()
+    except EmptyResultSet:  # no id at all
+        return 0
+    sql = read_through(using, sql, quote(using, rows.model._meta.db_table))
+    with transaction.mark_for_rollback_on_error(using), connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def lock_by_ids(rows: QuerySet) -> list[Model]:
+    """Return ``rows`` (picked by id) locked for update, locking only those rows.
+
+    On MariaDB and MySQL the locking read goes through the primary key alone, as
+    :func:`update_by_ids`'s statement does.
+    """
+    rows = rows.select_for_update()
+    using = rows.db
+    if connections[using].vendor != "mysql":
+        return list(rows)
+    try:
+        sql, params = rows.query.get_compiler(using).as_sql()
+    except EmptyResultSet:  # no id at all
+        return []
+    sql = read_through(using, sql, quote(using, rows.model._meta.db_table))
+    return list(rows.model.objects.using(using).raw(sql, params))
 
 
 def _qualified(table: str, name: str) -> str:

@@ -104,10 +104,10 @@ class LockPolicy:
             )
 
     def restore(self) -> None:
-        connection = self.connection
-        # A connection closed during the transaction (Django drops one it found broken) is
+        # A connection closed during the transaction (Django drops one whose rollback failed) is
         # left closed: the next one starts with the server's defaults.
-        if self.previous is None or connection.connection is None or not connection.is_usable():
+        closed = self.connection.connection is None
+        if self.previous is None or closed or not self.connection.is_usable():
             return
         with self.connection.cursor() as cursor:
             if self.connection.vendor == "sqlite":

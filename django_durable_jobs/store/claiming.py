@@ -455,10 +455,10 @@ def claim_pending_fast(
         rows = [row for row in chosen if is_authentic_pending(row)]
         if rows:
             counters = {"fencing_epoch": F("fencing_epoch") + 1, "attempts": 1}
-            chosen = Job.objects.using(client.using).filter(
+            picked = Job.objects.using(client.using).filter(
                 pk__in=[row.pk for row in rows], status=JobStatus.PENDING
             )
-            matched = update_by_ids(chosen, **changes, **counters)
+            matched = update_by_ids(picked, **changes, **counters)
             if matched != len(rows):  # the rows are locked: this cannot happen
                 raise fence.changed_under_lock("claiming")
             for row in rows:

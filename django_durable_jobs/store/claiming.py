@@ -316,7 +316,7 @@ def claim_batch(
                     if len(taken) == half:
                         break
                 admission.flush(client.using, now)
-                left = limit - len(taken)
+                left = limit - len(claimed) - len(taken)  # what the limited pass left
                 key = (
                     None if ops is None else tuple(ops),
                     None if queue_names is None else tuple(queue_names),

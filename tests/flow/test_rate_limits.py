@@ -182,3 +182,20 @@ def test_a_rate_start_is_recorded_for_a_retry_too(store, clock):
         assert store.claim_next() == []  # the retry is a start: the bucket is used up
         clock.advance(61)
         assert len(store.claim_next()) == 1
+
+
+@pytest.mark.parametrize("limit", ["rate_key", "max_running_per_key"])
+def test_a_claim_never_takes_more_than_its_limit_beside_limited_work(store, limit):
+    # Limited work met first (its pass takes up to half the claim) and free work after it
+    # share one claim's limit: the free work gets only what the limited pass left.
+    if limit == "rate_key":
+        flow_of_rated = {"rate_limit": "10/s", "rate_key": lambda p: p["provider"]}
+    else:
+        flow_of_rated = {"max_running_per_key": 5, "concurrency_key": lambda p: p["customer"]}
+    with declared(RATED, **flow_of_rated), declared(FREE):
+        pending(store, RATED, 3, rate_key="a", concurrency_key="c")
+        pending(store, FREE, 6)
+        claimed = store.claim_next(limit=4)
+        assert len(claimed) == 4
+        operations = Job.objects.filter(pk__in=_taken(claimed)).values_list("operation", flat=True)
+        assert sorted(operations) == [FREE, FREE, RATED, RATED]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,10 +37,19 @@ from ..rules.vocabulary import JobStatus
 from .client import Client
 
 FULL = "flow full until"  # Client.memo: {(target, name, key): unix time the bucket frees}
-EXISTING = "flow rows seen"  # Client.memo: ids of gates and buckets this client found to exist
+EXISTING = "flow rows seen"  # Client.memo: {id: when (monotonic) this client saw it exist}
+# A gate or bucket found held (SKIP LOCKED returns no row whether held or gone) is taken to exist
+# until its last sighting is this old; then one plain read asks again (a flushed table). Asking
+# at every miss doubled the statements of a limited pass whose bucket 8 workers contend for.
+EXISTING_SECONDS = 1.0
 # A whole bucket another claimer held is left alone this long (that claimer is taking its
-# room): measured, looking again at once made most limited passes find it held.
+# room): measured, looking again at once made most limited passes find it held. Each time in a
+# row a client finds it held, it waits twice as long, up to BUSY_MAX_SECONDS: with 8 workers,
+# whose claims hold the bucket most of the time, 9 looks in 10 found it held, and each cost the
+# claim a statement.
 BUSY_SECONDS = 0.05
+BUSY_MAX_SECONDS = 0.4
+BUSY_MISSES = "flow busy misses"  # Client.memo: {operation: times in a row found held}
 
 
 @dataclass(frozen=True)
@@ -187,9 +197,9 @@ def forget_full(client: Client, operations: Iterable[str]) -> None:
         memo.pop(("operation", name, ""), None)
 
 
-def existing(client: Client) -> set[str]:
-    """Return the ids of the gates and buckets this client has found to exist."""
-    return client.memo.setdefault(EXISTING, set())
+def existing(client: Client) -> dict[str, float]:
+    """Return the gates and buckets this client has found to exist, with when it last did."""
+    return client.memo.setdefault(EXISTING, {})
 
 
 # -- admission ------------------------------------------------------------------------------------
@@ -208,10 +218,11 @@ class Admission:
     (``waits=True``) creates and locks its job's few rows, waiting, in one fixed order.
     """
 
-    def __init__(self, *, waits: bool = False, existing: set[str] | None = None) -> None:
+    def __init__(self, *, waits: bool = False, existing: dict[str, float] | None = None) -> None:
         self.waits = waits
-        # Ids of rows known to exist (gates and buckets are never deleted): no plain read first.
-        self.existing = existing if existing is not None else set()
+        # Rows known to exist (gates and buckets are never deleted), with when each was last
+        # seen (monotonic): no plain read first.
+        self.existing = existing if existing is not None else {}
         self.key_free: dict[tuple[str, str], int] = {}
         self.held: dict[tuple[str, str, str], Held] = {}
         self.missing: list[tuple[str, str, str, str]] = []  # (kind, target, name, key)
@@ -252,7 +263,7 @@ class Admission:
             if not rows.exists():
                 self.missing.append((kind, target, name, key))
                 return None
-            self.existing.add(pk)
+            self.existing[pk] = time.monotonic()
         if kind == "gate":
             row = lock_for_update(rows, skip_locked=True).first()
         else:  # a bucket: once per limited pass, so a statement compiled once
@@ -260,8 +271,11 @@ class Admission:
                 cursor.execute(_bucket_sql(using).lock, [pk])
                 found = cursor.fetchone()
             row = None if found is None else RateBucket(pk=found[0], starts=found[1])
-        if row is None:
-            self.existing.discard(pk)  # held, or gone (a flushed table): read plainly next time
+        if row is None:  # held, or gone (a flushed table): after a while, read plainly again
+            if time.monotonic() - self.existing[pk] > EXISTING_SECONDS:
+                del self.existing[pk]
+        else:
+            self.existing[pk] = time.monotonic()
         return row
 
 
@@ -365,16 +379,21 @@ def bucket_room(
     """Lock the whole bucket of ``operation``'s plain rate limit; return its room and log.
 
     ``(0, None)`` when another claimer holds the row (or it does not exist yet: noted in
-    ``admission.missing``); a full bucket is remembered, like ``admit`` does, and so, for
-    BUSY_SECONDS or up to twice that, is a bucket another claimer holds.
+    ``admission.missing``); a full bucket is remembered, like ``admit`` does, and so is a bucket
+    another claimer holds: for half to all of BUSY_SECONDS, doubled each time in a row it is
+    found held, up to BUSY_MAX_SECONDS.
     """
     limit = flow.of_operation(operation).rate_limit
     starts = admission.log(client.using, "operation", operation, "")
+    misses = client.memo.setdefault(BUSY_MISSES, {})
     if starts is None:
         if not admission.missing:  # held by another claimer, admitting its room now
-            busy_until = now.timestamp() + BUSY_SECONDS * random.uniform(1.0, 2.0)
+            misses[operation] = misses.get(operation, 0) + 1
+            wait = min(BUSY_SECONDS * 2 ** (misses[operation] - 1), BUSY_MAX_SECONDS)
+            busy_until = now.timestamp() + wait * random.uniform(0.5, 1.0)
             remember_full(client, ("operation", operation, ""), busy_until)
         return 0, None
+    misses.pop(operation, None)
     room, frees = flow.rate_room(starts, limit, now.timestamp())
     if room <= 0:
         remember_full(client, ("operation", operation, ""), frees)

@@ -30,6 +30,8 @@ MYSQL_LOCK_ERRORS = frozenset(
     {1205, 1969, 3024}
 )  # lock wait timeout, statement time (MariaDB, MySQL)
 POSTGRES_LOCK_STATES = frozenset({"55P03", "57014"})  # lock_not_available, query_canceled
+MYSQL_DEADLOCK = 1213  # "Deadlock found when trying to get lock; try restarting transaction"
+POSTGRES_DEADLOCK = "40P01"  # deadlock_detected
 
 
 def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool:
@@ -42,6 +44,20 @@ def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool
         return bool(exc.args) and exc.args[0] in MYSQL_LOCK_ERRORS
     if connection.vendor == "sqlite":
         return "locked" in str(exc) or "busy" in str(exc)
+    return False
+
+
+def is_deadlock(using: str, exc: BaseException) -> bool:
+    """Return True when the database aborted ``exc``'s transaction to break a deadlock.
+
+    The whole transaction was rolled back, so running it again from the start is safe.
+    """
+    connection = connections[using]
+    if connection.vendor == "mysql":
+        return bool(exc.args) and exc.args[0] == MYSQL_DEADLOCK
+    if connection.vendor == "postgresql":
+        cause = exc.__cause__ or exc
+        return getattr(cause, "sqlstate", None) == POSTGRES_DEADLOCK
     return False
 
 

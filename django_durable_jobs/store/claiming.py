@@ -25,9 +25,10 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from django.db import OperationalError
 from django.db.models import F
 
-from ..database.dbvendor import lock_for_update
+from ..database.dbvendor import is_deadlock, lock_for_update
 from ..database.transactions import bounded_atomic
 from ..models import Job, JobPause
 from ..rules import quotas, registry, validation
@@ -65,6 +66,14 @@ FLOW_PASS_MAX_SECONDS = 0.4  # the longest wait after passes that found nothing 
 # After meeting a pause in force, the fast claim probes each row for pauses this long before it
 # tries the cheaper statement that claims nothing while any pause is in force (see unpaused).
 PAUSES_SEEN_SECONDS = 5.0
+
+
+# A claim transaction the database aborted to break a deadlock is run again this many times.
+# MariaDB's claimers lock the index entries of the rows a locking read passes through, and its
+# planner picks different indexes for different claims: two claims, each holding an entry of
+# the other's row and then waiting for it (or for a capacity gate the other holds), deadlock
+# now and then under load (1213). Nothing of the aborted transaction was written.
+DEADLOCK_RETRIES = 3
 
 
 class Disagreement(Exception):
@@ -141,33 +150,45 @@ def claim_batch(
 
     def exact(only, take_at_most: int, *, only_limited: bool = False) -> list[Claimed]:
         claimed: list[Claimed] = []
-        for _ in range(3):  # again only after creating a limit's missing rows (below)
-            with bounded_atomic(client.using):
-                now = client_room.now(client)
-                base = candidates(now, passing_over=not only_limited)
-                if only is not None:
-                    base = base.filter(only)
-                full = limits.remembered_full(client, now)
-                if full is not None:
-                    base = base.exclude(full)
-                sets = [base.retry_requested(now)]
-                sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
-                if resume:
-                    sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
-                pending = base.pending_due(now)
-                admission = limits.Admission(existing=limits.existing(client))
-                left = take_at_most - len(claimed)
-                claimed += claim_from(
-                    client, pending, sets, now, left, max_running, turn, flows, admission
-                )
-                admission.flush(client.using, now)
+        missing_rounds = deadlocks = 0
+        while missing_rounds < 3:  # again only after creating a limit's missing rows (below)
+            try:
+                got, admission = exact_once(only, take_at_most - len(claimed), only_limited)
+            except OperationalError as exc:
+                if not is_deadlock(client.using, exc) or deadlocks == DEADLOCK_RETRIES:
+                    raise
+                deadlocks += 1  # rolled back whole: claim again
+                continue
+            claimed += got
             if not admission.missing or len(claimed) == take_at_most:
                 return claimed
             # A job was passed over because its gate or bucket did not exist yet (it is not
             # created inside a batch claim, see limits.Admission): create it now,
             # holding nothing, and claim again.
             limits.create_missing(client.using, admission)
+            missing_rounds += 1
         return claimed
+
+    def exact_once(only, left: int, only_limited: bool) -> tuple[list[Claimed], limits.Admission]:
+        """Claim up to ``left`` rows one by one in one transaction; return them and what the
+        limits met (their missing rows)."""
+        with bounded_atomic(client.using):
+            now = client_room.now(client)
+            base = candidates(now, passing_over=not only_limited)
+            if only is not None:
+                base = base.filter(only)
+            full = limits.remembered_full(client, now)
+            if full is not None:
+                base = base.exclude(full)
+            sets = [base.retry_requested(now)]
+            sets.append(base.lease_expired(now).filter(retry_requested_at__isnull=False))
+            if resume:
+                sets.append(base.lease_expired(now).filter(operation__in=sorted(resume)))
+            pending = base.pending_due(now)
+            admission = limits.Admission(existing=limits.existing(client))
+            got = claim_from(client, pending, sets, now, left, max_running, turn, flows, admission)
+            admission.flush(client.using, now)
+        return got, admission
 
     def rated_at_once(name: str, take_at_most: int) -> list[Claimed] | None:
         """Claim work of ``name``, whose only limit is a whole rate limit, in one statement.
@@ -184,9 +205,11 @@ def claim_batch(
                     now = client_room.now(client)
                     taken = rated_in(name, now, take_at_most, admission)
                     admission.flush(client.using, now)
-            except Disagreement:
+            except (Disagreement, OperationalError) as exc:
+                if isinstance(exc, OperationalError) and not is_deadlock(client.using, exc):
+                    raise
                 limits.forget_full(client, [name])  # its starts were rolled back
-                return None
+                return None  # the row-by-row path looks instead
             if not admission.missing:
                 if taken and turn is not None:
                     client.memo[TURN] = taken[0].job.scope
@@ -351,10 +374,12 @@ def claim_batch(
                     note_pauses(client, pauses)
             else:
                 nothing = True  # limited work filled the claim
-        except Disagreement:
-            # Rolled back untouched, the limited work's starts too; the exact paths below
-            # check rows one by one.
-            taken, limited_pass = [], False
+        except (Disagreement, OperationalError) as exc:
+            if isinstance(exc, OperationalError) and not is_deadlock(client.using, exc):
+                raise
+            # Rolled back untouched (a disagreement, or a deadlock the database broke), the
+            # limited work's starts too; the exact paths below check rows one by one.
+            taken, fast, nothing, limited_pass = [], [], False, False
             limits.forget_full(client, rated)
         if rated:
             pass_waits(client, wait, ran_short=bool(short))

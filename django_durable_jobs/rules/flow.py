@@ -14,6 +14,7 @@ whatever the number of workers, and a full bucket frees exactly when its oldest 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +88,17 @@ def rate_room(starts: Sequence[float], limit: RateLimit, now: float) -> tuple[in
     if room > 0:
         return room, None
     return 0, recent[-limit.count] + limit.seconds
+
+
+def recorded_start(at: float) -> float:
+    """Return start time ``at`` as a bucket records it: rounded up to the millisecond.
+
+    Later, never earlier, than the start, so no window counts fewer starts than happened (a
+    bucket may hold a start back up to a millisecond longer); and a third of the digits to
+    write and read in every claim that admits work (the log's JSON took 0.4 ms a claim).
+    """
+    recorded = math.ceil(at * 1000) / 1000
+    return recorded if recorded >= at else recorded + 0.001  # the product was rounded down
 
 
 def recent_starts(starts: Sequence[float], limit: RateLimit, now: float) -> list[float]:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 from django.db.models import Q
@@ -256,27 +256,34 @@ class Admission:
         model, pk = _row_of(kind, target, name, key)
         if self.waits:
             return _create_and_lock(using, kind, target, name, key)
-        rows = model.objects.using(using).filter(pk=pk)
         # A plain read first: a locking read of a missing row would lock the gap it falls in
         # (InnoDB), and a claimer creating another row there would wait on it.
         if pk not in self.existing:
-            if not rows.exists():
+            if not model.objects.using(using).filter(pk=pk).exists():
                 self.missing.append((kind, target, name, key))
                 return None
             self.existing[pk] = time.monotonic()
         if kind == "gate":
-            row = lock_for_update(rows, skip_locked=True).first()
-        else:  # a bucket: once per limited pass, so a statement compiled once
+            row = lock_for_update(model.objects.using(using).filter(pk=pk), skip_locked=True)
+            row = row.first()
+        else:  # a bucket: once per limited pass, so a statement compiled once, no model built
             with connections[using].cursor() as cursor:
                 cursor.execute(_bucket_sql(using).lock, [pk])
                 found = cursor.fetchone()
-            row = None if found is None else RateBucket(pk=found[0], starts=found[1])
+            row = None if found is None else LockedBucket(*found)
         if row is None:  # held, or gone (a flushed table): after a while, read plainly again
             if time.monotonic() - self.existing[pk] > EXISTING_SECONDS:
                 del self.existing[pk]
         else:
             self.existing[pk] = time.monotonic()
         return row
+
+
+class LockedBucket(NamedTuple):
+    """A bucket row locked for this transaction: its id and sliding log (JSON)."""
+
+    pk: str
+    starts: str
 
 
 @dataclass(frozen=True)
@@ -364,7 +371,7 @@ def admit(
             return held
         logs.append(((target, name, key), starts, limit))
     for bucket, starts, limit in logs:
-        starts.append(at)
+        starts.append(flow.recorded_start(at))
         starts.sort()
         del starts[: -limit.count]  # the N latest starts decide every window
         admission.dirty.add(bucket)
@@ -415,7 +422,7 @@ def record_starts(
     if count:
         limit = flow.of_operation(operation).rate_limit
         at = now.timestamp()
-        starts.extend([at] * count)
+        starts.extend([flow.recorded_start(at)] * count)
         starts.sort()
         del starts[: -limit.count]
         admission.dirty.add(("operation", operation, ""))

@@ -14,6 +14,8 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_durable_jobs.models import Job, JobStatus, RateBucket
 from django_durable_jobs.rules import flow
@@ -199,3 +201,10 @@ def test_a_claim_never_takes_more_than_its_limit_beside_limited_work(store, limi
         assert len(claimed) == 4
         operations = Job.objects.filter(pk__in=_taken(claimed)).values_list("operation", flat=True)
         assert sorted(operations) == [FREE, FREE, RATED, RATED]
+
+
+@given(st.floats(min_value=1e9, max_value=4e9, allow_nan=False))
+def test_a_start_is_recorded_rounded_up_to_the_millisecond_never_earlier(at):
+    recorded = flow.recorded_start(at)
+    assert at <= recorded < at + 0.001 + 1e-6
+    assert recorded == round(recorded, 3)  # at most three decimals to write and read

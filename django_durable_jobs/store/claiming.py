@@ -206,7 +206,7 @@ def claim_batch(
                     taken = rated_in(name, now, take_at_most, admission)
                     admission.flush(client.using, now)
             except (Disagreement, OperationalError) as exc:
-                if isinstance(exc, OperationalError) and not is_deadlock(client.using, exc):
+                if not undone_whole(client, exc):
                     raise
                 limits.forget_full(client, [name])  # its starts were rolled back
                 return None  # the row-by-row path looks instead
@@ -375,7 +375,7 @@ def claim_batch(
             else:
                 nothing = True  # limited work filled the claim
         except (Disagreement, OperationalError) as exc:
-            if isinstance(exc, OperationalError) and not is_deadlock(client.using, exc):
+            if not undone_whole(client, exc):
                 raise
             # Rolled back untouched (a disagreement, or a deadlock the database broke), the
             # limited work's starts too; the exact paths below check rows one by one.
@@ -395,6 +395,12 @@ def claim_batch(
             claimed += limited(client_room.now(client), limit - len(claimed))
         return claimed
     return exact(None, limit)
+
+
+def undone_whole(client: Client, exc: Exception) -> bool:
+    """Return True when ``exc`` rolled its claim transaction back whole and the claim goes on
+    by another path: a disagreement, or a deadlock the database broke."""
+    return isinstance(exc, Disagreement) or is_deadlock(client.using, exc)
 
 
 def pass_waits(client: Client, wait: float, *, ran_short: bool) -> None:

@@ -37,9 +37,7 @@ POSTGRES_DEADLOCK = "40P01"  # deadlock_detected
 def is_lock_timeout(connection: BaseDatabaseWrapper, exc: BaseException) -> bool:
     """Return True when ``exc`` says a lock wait (or the statement budget) ran out."""
     if connection.vendor == "postgresql":
-        cause = exc.__cause__ or exc
-        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3 / 2
-        return state in POSTGRES_LOCK_STATES
+        return _postgres_state(exc) in POSTGRES_LOCK_STATES
     if connection.vendor == "mysql":
         return bool(exc.args) and exc.args[0] in MYSQL_LOCK_ERRORS
     if connection.vendor == "sqlite":
@@ -56,9 +54,14 @@ def is_deadlock(using: str, exc: BaseException) -> bool:
     if connection.vendor == "mysql":
         return bool(exc.args) and exc.args[0] == MYSQL_DEADLOCK
     if connection.vendor == "postgresql":
-        cause = exc.__cause__ or exc
-        return getattr(cause, "sqlstate", None) == POSTGRES_DEADLOCK
+        return _postgres_state(exc) == POSTGRES_DEADLOCK
     return False
+
+
+def _postgres_state(exc: BaseException) -> str | None:
+    """Return the SQLSTATE of PostgreSQL's error behind ``exc`` (psycopg 3 or 2), if any."""
+    cause = exc.__cause__ or exc
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
 class LockPolicy:

@@ -197,6 +197,11 @@ def has_immediate_transactions(settings_dict: dict) -> bool:
     return isinstance(mode, str) and mode.upper() in {"IMMEDIATE", "EXCLUSIVE"}
 
 
+def has_one_writer(using: str) -> bool:
+    """Return True when ``using``'s database runs one write transaction at a time (SQLite)."""
+    return connections[using].vendor == "sqlite"
+
+
 def can_update_returning(using: str) -> bool:
     """Return True when ``UPDATE … RETURNING`` exists (PostgreSQL, SQLite ≥ 3.35; not MariaDB 10)."""
     connection = connections[using]

@@ -208,3 +208,26 @@ def test_a_start_is_recorded_rounded_up_to_the_millisecond_never_earlier(at):
     recorded = flow.recorded_start(at)
     assert at <= recorded < at + 0.001 + 1e-6
     assert recorded == round(recorded, 3)  # at most three decimals to write and read
+
+
+def test_a_whole_rate_limit_takes_the_whole_claim_on_sqlite_and_half_elsewhere(store, clock):
+    # A limited pass of an operation whose only limit is a whole rate limit takes its room in the
+    # free claim's own transaction: on SQLite (one writer) up to the whole claim, so the free
+    # work's rest needs no second claim statement under the write lock; where claims run side
+    # by side, up to half, rounded up.
+    with declared(RATED, rate_limit="100/s"), declared(FREE):
+        pending(store, RATED, 10)
+        pending(store, FREE, 10)
+        ops = [RATED, FREE]  # (other tests' operations, limited ones too, may be registered)
+        (first,) = store.claim_next(operations=ops, limit=1)  # creates the bucket's row
+        assert Job.objects.get(pk=first.job_id).operation == FREE
+        clock.advance(1)  # the next claim looks at limited work again
+        claimed = store.claim_next(operations=ops, limit=5)
+        operations = Job.objects.filter(pk__in=_taken(claimed)).values_list("operation", flat=True)
+        if connection.vendor == "sqlite":
+            assert sorted(operations) == [RATED] * 5
+        else:
+            assert sorted(operations) == [FREE, FREE, RATED, RATED, RATED]
+        bucket = RateBucket.objects.get(pk=flow.bucket_id("operation", RATED))
+        assert len(json.loads(bucket.starts)) == operations.filter(operation=RATED).count()
+        assert Job.objects.filter(status=JobStatus.RUNNING).count() == 6

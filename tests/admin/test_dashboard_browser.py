@@ -77,6 +77,24 @@ def waiting_of(page, operation: str) -> str:
     return page.locator(f'tr[data-name="{operation}"] td.dj-num').first.inner_text()
 
 
+# The tables whose right edge lies past their panel's inner right edge (their headings, by panel).
+TABLES_PAST_THEIR_PANEL = """
+[...document.querySelectorAll('.dj-panel table')].filter(table => {
+  const panel = table.closest('.dj-panel');
+  const inner = panel.getBoundingClientRect().right - parseFloat(getComputedStyle(panel).paddingRight);
+  return table.getBoundingClientRect().right > inner + 0.5;
+}).map(table => table.closest('.dj-panel').querySelector('h2').textContent)
+"""
+# The names in the count tables that the browser wrapped (a text range drawn as several lines).
+NAMES_ON_MORE_THAN_ONE_LINE = """
+[...document.querySelectorAll('.dj-counts td.dj-name')].filter(cell => {
+  const range = document.createRange();
+  range.selectNodeContents(cell);
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1;
+}).map(cell => cell.textContent)
+"""
+
+
 def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypatch):
     write_mix()
     write_history()
@@ -106,6 +124,8 @@ def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypa
         after = waiting_of(page, BUSY)
         kept = page.evaluate("window.notReloaded === true")
         scroll_width = page.evaluate("document.documentElement.scrollWidth")
+        spilled = page.evaluate(TABLES_PAST_THEIR_PANEL)
+        broken_names = page.evaluate(NAMES_ON_MORE_THAN_ONE_LINE)
         charts = page.locator("svg.dj-chart").count()
         # The app's stylesheet was served (live_server serves static files like runserver).
         styled = page.evaluate(
@@ -131,6 +151,8 @@ def test_the_dashboard_refreshes_in_place_and_fits_1280_px(live_server, monkeypa
     assert (before, after) == ("2", "3")
     assert kept, "the page was reloaded instead of refreshed in place"
     assert scroll_width <= WIDTH
+    assert spilled == [], "a table reaches past the right edge of its panel"
+    assert broken_names == [], "an operation or queue name is split over lines"
     assert charts == 5
     assert styled == "4px"
     assert live_text.startswith("Updated ")

@@ -489,3 +489,19 @@ def test_job_manager_is_the_in_process_runner_under_its_former_name():
     from django_durable_jobs.worker import InProcessRunner
 
     assert JobManager is InProcessRunner
+
+
+def test_start_job_is_refused_while_its_operation_is_paused_and_frees_its_slot(rig):
+    # start_job creates its job running: a pause in force holds it as it holds a claim.
+    m = rig.manager(max_jobs=1, lease_seconds=30, clock=FakeClock())
+    operator = DurableJobStore(actor="operator")
+    operator.pause("operation", OP, reason="incident")
+    gate = rig.gate()
+    error = assert_refused(
+        CapacityReached, "E_JOB_CAPACITY_REACHED", lambda: m.start_job(OP, gate, submission())
+    )
+    assert "held by a pause" in error.message and gate.calls == 0
+    operator.resume("operation", OP)
+    job_id = m.start_job(OP, gate, submission())  # the refused call kept no slot
+    gate.release.set()
+    assert m.wait(job_id, WAIT).status == "complete"

@@ -525,26 +525,30 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
 
 
-def require_flow_room(client: Client, row: Job, now: datetime) -> None:
+def require_flow_room(client: Client, row: Job, now: datetime, *, created: bool = False) -> None:
     """Refuse to start ``row`` while a pause or a limit holds it (``CapacityReached``).
 
-    Called by the explicit one-job claim inside its transaction; a refusal rolls it back, so
-    nothing is written.
+    Called inside the transaction of the explicit one-job claim, and of a job created running
+    (``created``: ``store.insert``, which writes the row only when this admits it); a refusal
+    rolls it back, so nothing is written. An admitted start is recorded in the rate limits over
+    it.
     """
+    subject = f"A new job of operation {row.operation!r}" if created else f"Job {row.pk}"
+    again = "start it again" if created else "claim again"
     pause = pause_over(client.using, row)
     if pause is not None:
         where = f" in scope {pause.scope!r}" if pause.scope else ""
         raise CapacityReached(
-            f"Job {row.pk} is held by a pause of {pause.target} {pause.name!r}{where} (since "
+            f"{subject} is held by a pause of {pause.target} {pause.name!r}{where} (since "
             f"{pause.paused_at.isoformat()}, by {pause.paused_by or 'unknown'}); resume it "
-            f"(manage.py jobs resume --{pause.target} {pause.name}) and claim again."
+            f"(manage.py jobs resume --{pause.target} {pause.name}) and {again}."
         )
     admission = Admission(waits=True)
     held = admit(client, row, now, admission)
     admission.flush(client.using, now)
     if held is not None:
         when = "later" if held.until is None else f"after {_when(held.until)}"
-        raise CapacityReached(f"Job {row.pk} may not start now: {held.reason}; try again {when}.")
+        raise CapacityReached(f"{subject} may not start now: {held.reason}; try again {when}.")
 
 
 # -- pauses ---------------------------------------------------------------------------------------

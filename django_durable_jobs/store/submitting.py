@@ -34,7 +34,7 @@ from ..rules.execution import Execution
 from ..rules.flow import NO_FLOW, Flow
 from ..rules.values import Lease, Submission
 from ..rules.vocabulary import JobStatus, Ownership, proposal_sha256
-from . import capacity, uniqueness
+from . import capacity, limits, uniqueness
 from .client import Client, annotate, check_identity, now, require_caller_transaction, resolve_scope
 from .sql.submit import NewJob, submit
 
@@ -75,6 +75,10 @@ def insert(
             return None
         capacity.require_operation_room(client, op, cap)
         capacity.require_scope_room(client, scope)
+        # Created running, it starts now: a pause in force, a used-up rate limit or a
+        # concurrency key at its limit refuses it, as they would its claim, and the start is
+        # recorded in the rate limits over it.
+        limits.require_flow_room(client, _starting(op, scope, new), at, created=True)
         taken += capacity.admit(client, scope, 1, 0, at, pending=False)
         expires = at + timedelta(seconds=client.lease_seconds)
         fields = {
@@ -96,8 +100,23 @@ def insert(
         job = _held(op, scope, new, held)
         sending.sent(job.pk, job.trace_context)
         if job.pk != new.pk or job.owner_id != client.owner_id:
-            return None  # an identical submission committed first
+            # An identical submission committed first: nothing started, so no start is kept
+            # in a rate limit either.
+            transaction.set_rollback(True, using=client.using)
+            return None
     return Lease(job_id=new.pk, owner_id=client.owner_id, epoch=1, expires_at=expires)
+
+
+def _starting(operation: str, scope: str, new: NewJob) -> Job:
+    """Return the unsaved row of a job ``insert`` creates running, as the flow limits read it."""
+    return Job(
+        pk=new.pk,
+        operation=operation,
+        scope=scope,
+        rate_key=new.rate_key,
+        concurrency_key=new.concurrency_key,
+        status=JobStatus.PENDING,
+    )
 
 
 def find_submission(client: Client, operation: str, submission: Submission) -> Job | None:

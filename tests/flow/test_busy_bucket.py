@@ -55,6 +55,7 @@ def test_a_held_bucket_is_left_alone_longer_each_time_it_is_found_held(store, cl
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no row locks: its claimers take turns on its one write lock")
     bucket_id = flow.bucket_id("operation", RATED)
+    busy = limits.BUSY_SECONDS
     with declared(RATED, rate_limit="100/s"), declared(FREE):
         pending(store, RATED, 10)
         pending(store, FREE, 60)
@@ -67,11 +68,11 @@ def test_a_held_bucket_is_left_alone_longer_each_time_it_is_found_held(store, cl
             # Held: each look finds it so and the claim takes free work only, the whole claim.
             clock.advance(1.0)
             assert _looks(store) == (1, [FREE] * 4)
-            clock.advance(0.06)  # past the first wait (at most BUSY_SECONDS)
+            clock.advance(busy + 0.01)  # past the first wait (at most BUSY_SECONDS)
             assert _looks(store) == (1, [FREE] * 4)
-            clock.advance(0.11)  # past the second (at most twice that)
+            clock.advance(2 * busy + 0.01)  # past the second (at most twice that)
             assert _looks(store) == (1, [FREE] * 4)
-            clock.advance(0.099)  # the third is at least 0.1 s: not looked at yet
+            clock.advance(2 * busy - 0.001)  # the third is at least that: not looked at yet
             assert _looks(store) == (0, [FREE] * 4)
             clock.advance(limits.BUSY_MAX_SECONDS)  # the wait never grows past this
             assert _looks(store) == (1, [FREE] * 4)
@@ -80,9 +81,9 @@ def test_a_held_bucket_is_left_alone_longer_each_time_it_is_found_held(store, cl
         assert _looks(store) == (1, [FREE, FREE, RATED, RATED])  # free again: taken
         with transaction.atomic(using=OTHER):
             RateBucket.objects.using(OTHER).select_for_update().get(pk=bucket_id)
-            clock.advance(0.06)
+            clock.advance(busy + 0.01)
             assert _looks(store) == (1, [FREE] * 4)
-            clock.advance(0.06)  # the row was taken in between: the waits start over
+            clock.advance(busy + 0.01)  # the row was taken in between: the waits start over
             assert _looks(store) == (1, [FREE] * 4)
     assert len(json.loads(RateBucket.objects.get(pk=bucket_id).starts)) == 4
 

@@ -106,10 +106,8 @@ TASK_OPTIONS = {
 
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
 @pytest.mark.parametrize("name", sorted(TASK_OPTIONS))
-def test_a_durable_task_declared_badly_is_reported_and_refused(db, name):
+def test_a_durable_task_declared_badly_is_reported_and_refused(db, name, flow_tasks):
     from django.tasks import task
-
-    from tests.flow import flow_tasks
 
     built = task(**TASK_OPTIONS[name])(flow_tasks.bare)
     try:

@@ -18,7 +18,6 @@ import pytest
 
 from django_durable_jobs import submit, submit_many
 from django_durable_jobs.models import Job
-from django_durable_jobs.rules import registry
 from django_durable_jobs.rules.errors import InputInvalid
 from django_durable_jobs.workflows import Workflow
 from tests.flow import submit_ops as ops
@@ -107,20 +106,12 @@ def test_workflow_nodes_get_the_keys(db):
 
 
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
-def test_enqueue_calls_the_key_functions_with_the_task_s_arguments(db):
-    from tests.flow import flow_tasks
-
-    try:
-        result = flow_tasks.keyed.enqueue("acme", customer="c9", n=3)
-        assert _keys(result.id) == ("acme", "c9", None)
-        first = flow_tasks.unique.enqueue(1)
-        assert flow_tasks.unique.enqueue(1).id == first.id
-        assert flow_tasks.unique.enqueue(2).id != first.id
-    finally:
-        # Enqueueing registered them; a limited operation left registered would change every
-        # later test's claim (its limited pass).
-        for built in (flow_tasks.keyed, flow_tasks.unique):
-            registry.unregister(built.module_path)
+def test_enqueue_calls_the_key_functions_with_the_task_s_arguments(db, flow_tasks):
+    result = flow_tasks.keyed.enqueue("acme", customer="c9", n=3)
+    assert _keys(result.id) == ("acme", "c9", None)
+    first = flow_tasks.unique.enqueue(1)
+    assert flow_tasks.unique.enqueue(1).id == first.id
+    assert flow_tasks.unique.enqueue(2).id != first.id
 
 
 # -- key functions that give no key ----------------------------------------------------------------

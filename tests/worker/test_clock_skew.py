@@ -67,8 +67,14 @@ class Running:
 def logs(caplog):
     caplog.set_level(logging.INFO, logger="django_durable_jobs")
 
-    def at(level: int) -> list[str]:
-        return [r.getMessage() for r in list(caplog.records) if r.levelno == level]
+    def at(level: int, *, thread: str | None = None) -> list[str]:
+        """The messages logged at ``level`` (by the thread named ``thread``, if given)."""
+        records = list(caplog.records)
+        return [
+            r.getMessage()
+            for r in records
+            if r.levelno == level and (thread is None or r.threadName == thread)
+        ]
 
     return at
 
@@ -130,13 +136,7 @@ def test_claiming_resumes_once_the_clock_is_fixed(logs):
     assert running.stop() == 0
 
 
-def _refused_in(caplog, thread_name: str) -> bool:
-    return any(
-        r.levelno == logging.ERROR and r.threadName == thread_name for r in list(caplog.records)
-    )
-
-
-def test_jobs_held_when_the_clock_drifts_keep_their_lease_and_finish(logs, caplog, tmp_path):
+def test_jobs_held_when_the_clock_drifts_keep_their_lease_and_finish(logs, tmp_path):
     clock = OffsetClock(0.0)
     gate = _due("tests.gate", {"markers": str(tmp_path), "seconds": 30})
     running = Running(clock, lease_seconds=6)
@@ -145,7 +145,8 @@ def test_jobs_held_when_the_clock_drifts_keep_their_lease_and_finish(logs, caplo
     clock.offset = -5.0  # now behind the database by more than 1.5 s
     # The heartbeat thread measures first; a claim the fetch loop began before that may still
     # be under way. Once the fetch loop itself has measured and refused, it claims nothing more.
-    wait_for(lambda: _refused_in(caplog, "test-worker"), "a refusal in the fetch loop")
+    fetch_loop = running.thread.name  # Worker.run() runs the fetch loop in the calling thread
+    wait_for(lambda: logs(logging.ERROR, thread=fetch_loop), "a refusal in the fetch loop")
     later = _due(payload={"n": 2})
     renewed = Job.objects.get(pk=gate.pk).heartbeat_at
     wait_for(

@@ -97,6 +97,7 @@ def test_sigstopped_worker_is_refused_after_takeover_and_keeps_serving(workers, 
     assert json.loads(finished.result) == {"slept": 1.0, "attempt": 2}
     before = db_state()
 
+    frozen_beat = stale.row().heartbeat_at  # its last beat before SIGSTOP
     stale.send(signal.SIGCONT)
     refused = stale.wait_for_log(f"job {job_id} tests.sleep attempt=1 epoch=1 outcome=")
     assert "outcome=lease-lost" in refused
@@ -108,7 +109,9 @@ def test_sigstopped_worker_is_refused_after_takeover_and_keeps_serving(workers, 
     assert json.loads(job(job_id).result) == {"slept": 1.0, "attempt": 2}
 
     # The stale worker is alive again and goes on serving: with the rescuer gone, it runs new work.
-    wait_for(lambda: stale.row().heartbeat_at > stale_row.heartbeat_at, "a fresh heartbeat")
+    # A beat since SIGCONT: the row read before the stop (stale_row) is older than the last beat
+    # before it, so comparing with that passed before the woken worker had written anything.
+    wait_for(lambda: stale.row().heartbeat_at > frozen_beat, "a heartbeat after SIGCONT")
     rescuer.send(signal.SIGTERM)
     assert rescuer.wait() == 0
     assert stale.row().state() == WorkerState.ALIVE

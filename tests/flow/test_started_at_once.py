@@ -3,21 +3,25 @@
 So the flow limits that hold a claim hold it too: a pause in force, a used-up rate limit and a
 concurrency key at its limit refuse it with ``CapacityReached`` and write nothing (no job, no
 start in a bucket); an admitted one records its start in the rate limit, which then holds
-pending work of the same operation back; an identical resubmission coalesces and uses no start.
+pending work of the same operation back; an identical resubmission coalesces and uses no start,
+also when it read before the first one committed (PostgreSQL and MariaDB).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+from django.db import connection, transaction
 
-from django_durable_jobs.models import Job, RateBucket
+from django_durable_jobs.models import Job, JobAttempt, JobStatus, RateBucket
 from django_durable_jobs.rules import flow
 from django_durable_jobs.rules.errors import CapacityReached
 from django_durable_jobs.store import DurableJobStore
 from tests.flow.support import declared
-from tests.support import FakeClock, assert_refused, submission
+from tests.settings import TEST_DB
+from tests.support import FakeClock, assert_refused, submission, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,6 +67,72 @@ def test_an_identical_resubmission_coalesces_and_uses_no_start(store):
         assert store.insert(RATED, submission=submission({"n": 1}, key="same")) is None
         assert len(_starts()) == 1
         assert Job.objects.filter(operation=RATED).count() == 1
+
+
+def _job_inserts_running() -> int:
+    """Return how many other sessions on this test database are inside an INSERT of a job."""
+    pattern = f"%INSERT INTO %{Job._meta.db_table}%"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else frozen per transaction
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state = 'active' AND query LIKE %s",
+                [pattern],
+            )
+        else:
+            cursor.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE %s",
+                [pattern],
+            )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(
+    TEST_DB == "sqlite",
+    reason="SQLite runs one writer at a time: a second submission reads the first one committed",
+)
+def test_a_resubmission_racing_an_uncommitted_identical_one_coalesces_and_keeps_no_start(
+    store,
+):
+    """The second of two identical submissions, which read before the first committed, finds
+    it only at its INSERT: it returns None, and its transaction is rolled back whole, the start
+    it had recorded in the rate limit included.
+
+    This test plays the first submission: its job is written and not committed yet while the
+    second (a thread, on its own connection) reads, records its start and inserts, waiting for
+    the first's row.
+    """
+    same = submission({"n": 1}, key="racing")
+    with declared(RATED, rate_limit="10/m"):
+        assert store.insert(RATED, submission=submission({"n": 0})) is not None  # its bucket
+        returned: list = []
+
+        def second() -> None:
+            try:
+                returned.append(store.insert(RATED, submission=same))
+            except BaseException as exc:  # reported by the assertion below
+                returned.append(exc)
+            finally:
+                connection.close()
+
+        racer = threading.Thread(target=second)
+        with transaction.atomic():
+            first = store.defer(RATED, same, in_caller_transaction=True)
+            racer.start()
+            wait_for(
+                lambda: _job_inserts_running() >= 1 or not racer.is_alive(),
+                "the second submission to reach its INSERT",
+            )
+            assert racer.is_alive(), returned  # it waits for the uncommitted first row
+        racer.join(timeout=30)
+        assert returned == [None]
+        assert len(_starts()) == 1  # the priming insert's start only: the racer's was undone
+        jobs = Job.objects.filter(operation=RATED, idempotency_key="racing")
+        assert [(j.pk, j.status, j.owner_id) for j in jobs] == [(first.pk, JobStatus.PENDING, None)]
+        assert Job.objects.filter(operation=RATED).count() == 2
+        assert not JobAttempt.objects.filter(job_id=first.pk).exists()
 
 
 def test_a_concurrency_key_at_its_limit_refuses_a_job_created_running(store):

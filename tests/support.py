@@ -58,6 +58,33 @@ def live_clock(offset: float = 0.0) -> FakeClock:
     return FakeClock(now=timezone.now() + timedelta(seconds=offset))
 
 
+def sessions_inserting(table: str, *, waiting: bool = False, using: str = "default") -> int:
+    """Return how many other sessions on the test database run an INSERT into ``table``.
+
+    With ``waiting``, on PostgreSQL only those waiting for a lock. MariaDB's PROCESSLIST may not
+    say that an insert waits (INNODB_TRX may still say RUNNING), so there it counts every such
+    insert under way: callers use it while holding what those inserts must wait for.
+    """
+    connection = connections[using]
+    pattern = f"%INSERT INTO %{table}%"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else frozen per transaction
+            state = "wait_event_type = 'Lock'" if waiting else "state = 'active'"
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                f"AND pid <> pg_backend_pid() AND {state} AND query LIKE %s",
+                [pattern],
+            )
+        else:
+            cursor.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE %s",
+                [pattern],
+            )
+        return cursor.fetchone()[0]
+
+
 def wait_for(
     condition: Callable[[], T],
     what: str,

@@ -21,7 +21,7 @@ from django_durable_jobs.rules.errors import CapacityReached
 from django_durable_jobs.store import DurableJobStore
 from tests.flow.support import declared
 from tests.settings import TEST_DB
-from tests.support import FakeClock, assert_refused, submission, wait_for
+from tests.support import FakeClock, assert_refused, sessions_inserting, submission, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,26 +69,6 @@ def test_an_identical_resubmission_coalesces_and_uses_no_start(store):
         assert Job.objects.filter(operation=RATED).count() == 1
 
 
-def _job_inserts_running() -> int:
-    """Return how many other sessions on this test database are inside an INSERT of a job."""
-    pattern = f"%INSERT INTO %{Job._meta.db_table}%"
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else frozen per transaction
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND pid <> pg_backend_pid() AND state = 'active' AND query LIKE %s",
-                [pattern],
-            )
-        else:
-            cursor.execute(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
-                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE %s",
-                [pattern],
-            )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.skipif(
     TEST_DB == "sqlite",
     reason="SQLite runs one writer at a time: a second submission reads the first one committed",
@@ -122,7 +102,7 @@ def test_a_resubmission_racing_an_uncommitted_identical_one_coalesces_and_keeps_
             first = store.defer(RATED, same, in_caller_transaction=True)
             racer.start()
             wait_for(
-                lambda: _job_inserts_running() >= 1 or not racer.is_alive(),
+                lambda: sessions_inserting(Job._meta.db_table) or not racer.is_alive(),
                 "the second submission to reach its INSERT",
             )
             assert racer.is_alive(), returned  # it waits for the uncommitted first row

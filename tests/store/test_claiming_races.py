@@ -24,14 +24,21 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt, JobStatus
 from django_durable_jobs.store import DurableJobStore
 from tests.race_child import CHILD_TIMEOUT, Children
 from tests.settings import TEST_DB
-from tests.support import FakeClock, db_state, live_clock, submission, wait_for
+from tests.support import (
+    FakeClock,
+    db_state,
+    live_clock,
+    sessions_inserting,
+    submission,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -199,25 +206,6 @@ class Deadlocked(AssertionError):
     """A racing claim failed with a deadlock instead of claiming."""
 
 
-def _gate_inserts_waiting() -> int:
-    """Return how many other sessions on this test database wait to insert a capacity gate."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else frozen per transaction
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE %s",
-                [f"INSERT INTO %{CapacityGate._meta.db_table}%"],
-            )
-        else:  # MariaDB's INNODB_TRX may still say RUNNING for a waiting insert: ask the list
-            cursor.execute(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
-                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE %s",
-                [f"INSERT INTO %{CapacityGate._meta.db_table}%"],
-            )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.skipif(
     TEST_DB == "sqlite", reason="SQLite runs one writer at a time: no two claims insert at once"
 )
@@ -240,7 +228,9 @@ def test_first_capped_claims_of_an_operation_do_not_deadlock(db_settings_env, cl
                 child.send(f"go {time.time()!r}")
             wait_for(
                 lambda: (
-                    _gate_inserts_waiting() + sum(c.proc.poll() is not None for c in racers) >= 2
+                    sessions_inserting(CapacityGate._meta.db_table, waiting=True)
+                    + sum(c.proc.poll() is not None for c in racers)
+                    >= 2
                 ),
                 "both claims to wait for the uncommitted gate",
             )

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections
+from django.db import connection, connections
 from django.utils import timezone
 
 from django_durable_jobs.models import CapacityGate, Job, JobAttempt
@@ -58,15 +58,13 @@ def live_clock(offset: float = 0.0) -> FakeClock:
     return FakeClock(now=timezone.now() + timedelta(seconds=offset))
 
 
-def sessions_inserting(table: str, *, waiting: bool = False, using: str = "default") -> int:
-    """Return how many other sessions on the test database run an INSERT into ``table``.
+def sessions_running(statement: str, *, waiting: bool = False) -> int:
+    """Return how many other sessions on the test database run a statement LIKE ``statement``.
 
     With ``waiting``, on PostgreSQL only those waiting for a lock. MariaDB's PROCESSLIST may not
-    say that an insert waits (INNODB_TRX may still say RUNNING), so there it counts every such
-    insert under way: callers use it while holding what those inserts must wait for.
+    say that a statement waits (INNODB_TRX may still say RUNNING), so there it counts every such
+    statement under way: callers use it while holding what those statements must wait for.
     """
-    connection = connections[using]
-    pattern = f"%INSERT INTO %{table}%"
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SELECT pg_stat_clear_snapshot()")  # else frozen per transaction
@@ -74,13 +72,13 @@ def sessions_inserting(table: str, *, waiting: bool = False, using: str = "defau
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 f"AND pid <> pg_backend_pid() AND {state} AND query LIKE %s",
-                [pattern],
+                [statement],
             )
         else:
             cursor.execute(
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
                 "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE %s",
-                [pattern],
+                [statement],
             )
         return cursor.fetchone()[0]
 

@@ -35,7 +35,7 @@ from tests.support import (
     FakeClock,
     db_state,
     live_clock,
-    sessions_inserting,
+    sessions_running,
     submission,
     wait_for,
 )
@@ -228,7 +228,7 @@ def test_first_capped_claims_of_an_operation_do_not_deadlock(db_settings_env, cl
                 child.send(f"go {time.time()!r}")
             wait_for(
                 lambda: (
-                    sessions_inserting(CapacityGate._meta.db_table, waiting=True)
+                    sessions_running(f"INSERT INTO %{CapacityGate._meta.db_table}%", waiting=True)
                     + sum(c.proc.poll() is not None for c in racers)
                     >= 2
                 ),

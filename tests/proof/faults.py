@@ -32,13 +32,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
 from django_durable_jobs.models import Schedule
+from tests.markers import write_marker
 from tests.support import db_state
 from tests.testapp.models import DomainRow, RetryHistory
 
@@ -376,7 +376,7 @@ def register_hold(marker: str | None) -> Callable[[], None]:
     def hold(name: str) -> int:
         if marker is None:
             raise RuntimeError(f"the holding trigger {name} was reached in the test process")
-        Path(marker).write_text(name)
+        write_marker(marker, name)  # whole: the test reads it once it exists
         time.sleep(HOLD_SECONDS)
         return 0
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from django_durable_jobs import JobCancelled, operation
+from tests.markers import write_marker
 
 from .models import DomainRow
 
@@ -19,7 +20,7 @@ def _touch(payload: dict, name: str, text: str = "") -> None:
     """Write a marker file (``payload["markers"]`` is a folder) so a test can wait on it."""
     folder = payload.get("markers")
     if folder:
-        Path(folder, name).write_text(text)
+        write_marker(Path(folder, name), text)
 
 
 @operation("tests.steps", on_expired="resume")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from django_durable_jobs import operation
 from django_durable_jobs.rules.retry import RetryPolicy
+from tests.markers import write_marker
 
 
 def _note(payload, line: str) -> None:
@@ -56,7 +56,7 @@ def steps(ctx, payload):
         if payload.get("hang_after") == i + 1 and ctx.attempt == 1:
             marker = payload.get("marker")
             if marker:
-                Path(marker).write_text(str(os.getpid()))
+                write_marker(marker, str(os.getpid()))
             time.sleep(600)
     return {"total": total}
 

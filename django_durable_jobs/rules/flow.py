@@ -44,6 +44,9 @@ _PERIOD_NAMES = {
     "hour": "h",
 }
 RATE_MAX = 10_000  # starts one bucket remembers (its sliding log); larger N is refused
+# A whole bucket with less room than frees in this long at its full rate waits this long at
+# most for that much to gather, and admits it in one claim (see gathered_room).
+GATHER_SECONDS = 0.05
 UNIQUE_WHILE_CHOICES = ("active",)
 UNIQUE_FOR_MAX = timedelta(days=366)
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*([a-z]+)\s*$")
@@ -88,6 +91,30 @@ def rate_room(starts: Sequence[float], limit: RateLimit, now: float) -> tuple[in
     if room > 0:
         return room, None
     return 0, recent[-limit.count] + limit.seconds
+
+
+def gathered_room(
+    starts: Sequence[float], limit: RateLimit, now: float, room: int, at_least: int
+) -> float | None:
+    """Return when a bucket with ``room`` (fewer than ``at_least``) will have ``at_least``, if
+    that is at most ``GATHER_SECONDS`` away; None when it is further (admit ``room`` now).
+
+    Admitting the few starts that a sliding log frees at a time cost a claim its bucket's
+    statements for one or two jobs, dozens of times a second; waiting up to ``GATHER_SECONDS``
+    for a handful to gather admits them in one (``docs/flow-control.md``).
+    """
+    recent = recent_starts(starts, limit, now)
+    leaving = at_least - room  # how many more starts must leave the window
+    if leaving <= 0 or leaving > len(recent):
+        return None
+    at = recent[leaving - 1] + limit.seconds
+    return at if at - now <= GATHER_SECONDS else None
+
+
+def gathered_count(limit: RateLimit) -> int:
+    """Return how many starts a bucket gathers before it admits (what frees in GATHER_SECONDS
+    at its full rate; 1 for limits slower than 20 starts a second)."""
+    return max(1, int(limit.count * GATHER_SECONDS / limit.seconds))
 
 
 def recorded_start(at: float) -> float:

@@ -175,13 +175,18 @@ class DurableJobStore:
         limit: int = 1,
         max_running: int | None = None,
         resume_expired: Iterable[str] | None = None,
+        same_turn: bool = False,
     ) -> list[Claimed]:
         """Claim as ``claim_next`` does; return each lease with its job row already loaded.
 
         When only pending work is claimable and no ``max_running`` limit applies, the batch is
         taken in one statement; otherwise candidates are locked and taken one by one, in claim
         order, with capacity counted as they are taken (``store/claiming.py``). Pending work is
-        claimed in turns across scopes, so no scope's backlog starves another's.
+        claimed in turns across scopes, so no scope's backlog starves another's: each claim
+        starts at the scope after the one the last claim served. ``same_turn=True`` makes a
+        claim the second of the last one's turn: it starts at the scope that claim started at
+        (the worker's grown buffer claims its extra short jobs so, or the scope the small first
+        claim missed would get every large one).
         """
         return claiming.claim_batch(
             self._client,
@@ -190,6 +195,7 @@ class DurableJobStore:
             limit=limit,
             max_running=max_running,
             resume_expired=resume_expired,
+            same_turn=same_turn,
         )
 
     def heartbeat(self, lease: Lease) -> Job:

@@ -54,6 +54,7 @@ OPERATION_CLAIM_INDEX = "durable_jobs_operation_claim_idx"  # made by migration 
 # The keys of what a client remembers between claims (``Client.memo``).
 STATEMENTS = "claim statements"  # compiled claims, by filter set and limit
 TURN = "claim turn"  # the scope this client's last claim of pending work served
+TURN_BEFORE = "claim turn before"  # TURN as the last claim not in the same turn found it
 FLOW_PASS = "flow pass"  # when this client last looked at work a flow limit covers
 FLOW_WAIT = "flow pass wait"  # how long this client now waits between limited passes
 PAUSES_SEEN = "pauses seen"  # when this client's fast claim last met a pause in force
@@ -109,8 +110,13 @@ def claim_batch(
     limit: int,
     max_running: int | None,
     resume_expired: Iterable[str] | None,
+    same_turn: bool = False,
 ) -> list[Claimed]:
-    """Claim up to ``limit`` claimable jobs, best first; return each lease with its job row."""
+    """Claim up to ``limit`` claimable jobs, best first; return each lease with its job row.
+
+    With ``same_turn``, pending work is taken from the scope the previous claim served first
+    (while it has any), not from the next scope: a second claim of the same turn.
+    """
     validation.whole(limit, "limit", 1, CLAIM_BATCH_MAX)
     capacity.checked_max_running(max_running)
     ops = _names(operations, validation.operation)
@@ -234,7 +240,7 @@ def claim_batch(
             rare = candidates(now, passing_over=False, pauses="ignored").filter(operation=name)
             return mine, rare.retry_or_resume(now, resume)
 
-        room, starts = limits.bucket_room(client, name, now, admission)
+        room, starts = limits.bucket_room(client, name, now, admission, take_at_most)
         size = min(room, take_at_most)
         if not size:
             return []  # full or held by another claimer: remembered until when (limits)
@@ -276,7 +282,12 @@ def claim_batch(
     # Whether a limited pass found less work than its limits had room for (the rate limits'
     # own room is remembered in the memo, see limits): then the next pass waits longer.
     short: list[str] = []
-    turn = None if client.scope is not None else client.memo.get(TURN, "")
+    turn = None
+    if client.scope is None:
+        if same_turn:  # start where the last claim started: at the scope it served first
+            turn = client.memo.get(TURN_BEFORE, "")
+        else:
+            turn = client.memo[TURN_BEFORE] = client.memo.get(TURN, "")
     # The one-statement claims probe every candidate for a pause only while pauses are about:
     # otherwise they claim nothing at all when any pause is in force (a check PostgreSQL makes
     # once per statement), and the first such miss switches them to probing (note_pauses).

@@ -384,14 +384,16 @@ def admit(
 
 
 def bucket_room(
-    client: Client, operation: str, now: datetime, admission: Admission
+    client: Client, operation: str, now: datetime, admission: Admission, take_at_most: int
 ) -> tuple[int, list[float] | None]:
     """Lock the whole bucket of ``operation``'s plain rate limit; return its room and log.
 
     ``(0, None)`` when another claimer holds the row (or it does not exist yet: noted in
     ``admission.missing``); a full bucket is remembered, like ``admit`` does, and so is a bucket
     another claimer holds: for half to all of BUSY_SECONDS, doubled each time in a row it is
-    found held, up to BUSY_MAX_SECONDS.
+    found held, up to BUSY_MAX_SECONDS. A bucket with less room than it gathers
+    (``flow.gathered_room``, at most ``take_at_most``) is remembered full until it has that
+    much, when that is soon, and admits nothing now.
     """
     limit = flow.of_operation(operation).rate_limit
     starts = admission.log(client.using, "operation", operation, "")
@@ -407,7 +409,14 @@ def bucket_room(
     room, frees = flow.rate_room(starts, limit, now.timestamp())
     if room <= 0:
         remember_full(client, ("operation", operation, ""), frees)
-    return max(room, 0), starts
+        return 0, starts
+    at_least = min(flow.gathered_count(limit), take_at_most)
+    if room < at_least:
+        gathered = flow.gathered_room(starts, limit, now.timestamp(), room, at_least)
+        if gathered is not None:
+            remember_full(client, ("operation", operation, ""), gathered)
+            return 0, starts
+    return room, starts
 
 
 def record_starts(

@@ -231,3 +231,44 @@ def test_a_whole_rate_limit_takes_the_whole_claim_on_sqlite_and_half_elsewhere(s
         bucket = RateBucket.objects.get(pk=flow.bucket_id("operation", RATED))
         assert len(json.loads(bucket.starts)) == operations.filter(operation=RATED).count()
         assert Job.objects.filter(status=JobStatus.RUNNING).count() == 6
+
+
+@pytest.mark.parametrize(
+    ("spread", "gathers"),
+    [
+        pytest.param(0.001, True, id="gathers-what-frees-within-50ms"),
+        pytest.param(0.5, False, id="admits-now-what-would-gather-later"),
+    ],
+)
+def test_a_whole_bucket_gathers_a_few_starts_before_it_admits(store, clock, spread, gathers):
+    # "100/s" gathers 5 (what frees in 50 ms at its full rate). The bucket's log holds 100 starts:
+    # the first at t0, the other 99 from t0 + ``spread`` on, 1 ms apart. Just after the first
+    # leaves the window there is room for 1: with the next 4 leaving within 50 ms the claim
+    # admits none and takes 5 at once when they have; with them 0.5 s away it admits 1 now.
+    # (Fails when gathering is removed: the first claim takes 1 in both cases.)
+    with declared(RATED, rate_limit="100/s"), declared(FREE):
+        assert flow.gathered_count(flow.parse_rate("100/s")) == 5
+        assert flow.gathered_count(flow.parse_rate("10/s")) == 1  # slower limits never wait
+        ops = [RATED, FREE]
+        pending(store, RATED, 10)
+        pending(store, FREE, 1)
+        assert len(store.claim_next(operations=[RATED], limit=1)) == 1  # creates the bucket row
+        t0 = clock().timestamp()
+        log = [t0] + [round(t0 + spread + n * 0.001, 3) for n in range(99)]
+        bucket = RateBucket.objects.filter(pk=flow.bucket_id("operation", RATED))
+        bucket.update(starts=json.dumps(log))
+        clock.advance(1.0005)  # the first start has left: room for 1
+        first = store.claim_next(operations=ops, limit=10)
+        taken = Job.objects.filter(pk__in=_taken(first))
+        expected = [FREE] if gathers else [FREE, RATED]
+        assert sorted(taken.values_list("operation", flat=True)) == expected  # free work goes on
+        running = Job.objects.filter(operation=RATED, status=JobStatus.RUNNING)
+        if gathers:
+            assert bucket.get().starts == json.dumps(log)  # nothing admitted, nothing written
+            assert running.count() == 1
+            clock.advance(0.004)  # 4 more have left the window: room for 5
+            second = store.claim_next(operations=ops, limit=10)
+            assert len(second) == 5
+            assert running.count() == 1 + 5
+        else:
+            assert running.count() == 1 + 1

@@ -91,7 +91,8 @@ def _claimed_once(outcomes: list[dict], ids: set[str], limits: list[int]) -> dic
 
     No batch was larger than its limit, and every outcome was recorded.
     """
-    assert not [o for o in outcomes if "unexpected" in o or "code" in o], outcomes
+    failed = [o for o in outcomes if "unexpected" in o or "code" in o]
+    assert not failed, failed
     claimed = [job_id for o in outcomes for job_id, _ in o["claimed"]]
     duplicates = [job_id for job_id, n in Counter(claimed).items() if n > 1]
     assert not duplicates, duplicates
@@ -187,7 +188,9 @@ def test_batched_claims_with_a_scope_running_limit_never_exceed_it(db_settings_e
     quotas = {"SCOPE_QUOTAS": {"default": {"MAX_RUNNING": cap}}}
     ids = _backlog(clock, UNCAPPED, total)
     limits = [2, 3, 2, 3, 2, 3]
-    args = _args(clock, UNCAPPED, limits, hold=[0.05, 0.08], durable_jobs=quotas)
+    # Holds long enough that the racers overlap even when a loaded machine serialises their
+    # claims behind SQLite's write lock (whose busy handler sleeps up to 100 ms between tries).
+    args = _args(clock, UNCAPPED, limits, hold=[0.1, 0.15], durable_jobs=quotas)
     running = Job.objects.filter(scope="default", status=JobStatus.RUNNING)
     samples: list[int] = []
 
@@ -197,7 +200,10 @@ def test_batched_claims_with_a_scope_running_limit_never_exceed_it(db_settings_e
         claimer = _claimed_once(outcomes, ids, limits)
         assert samples and max(samples) <= cap, Counter(samples)
         assert max(o["most_running"] for o in outcomes) <= cap
-        assert sum(o["waits"] for o in outcomes) > 0, "no claim ever met a full scope"
+        # The race tested the limit only if the scope filled up: seen full by the parent or by a
+        # racer after its claim, or a claim that came back empty with jobs still pending.
+        filled = max(samples) == cap or max(o["most_running"] for o in outcomes) == cap
+        assert filled or sum(o["waits"] for o in outcomes) > 0, "the scope never filled up"
         _complete_once_each(UNCAPPED, claimer)
         _nothing_left(clock, UNCAPPED)
 

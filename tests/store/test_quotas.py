@@ -294,6 +294,28 @@ def test_turns_go_round_every_scope_with_work(store, op):
     assert served == ["a", "b", "c", "a", "b", "c"]
 
 
+@pytest.mark.parametrize("capped", [False, True], ids=["fast", "exact"])
+def test_a_claim_in_the_same_turn_serves_the_scope_the_last_one_started_at(store, op, capped):
+    """The worker's grown buffer claims its extra short jobs so: a small claim then a large one
+    per turn, both of one scope, and the next turn the other scope's."""
+    for scope in ("a", "b"):
+        store.defer_many(op, [submission({"n": n}, scope=scope) for n in range(20)])
+
+    def scopes(**claim) -> list[str]:
+        batch = store.claim_batch(limit=claim.pop("limit"), **claim)
+        return sorted({Job.objects.get(pk=c.job.pk).scope for c in batch})
+
+    with quotas(a={"MAX_RUNNING": 1000}) if capped else quotas():
+        served = [
+            scopes(limit=1),
+            scopes(limit=5, same_turn=True),
+            scopes(limit=1),
+            scopes(limit=5, same_turn=True),
+            scopes(limit=1),
+        ]
+    assert served == [["a"], ["a"], ["b"], ["b"], ["a"]]
+
+
 def test_a_scoped_client_claims_only_its_own_scope(clock, op):
     mine = DurableJobStore(scope="a", actor="w", lease_seconds=LEASE, clock=clock)
     other = DurableJobStore(scope="b", actor="w", lease_seconds=LEASE, clock=clock)

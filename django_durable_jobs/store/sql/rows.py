@@ -226,29 +226,30 @@ class JobRows:
                     row[name], row[f"{name}__set"] = by_job[lease.job_id], True
             rows.append(row)
         qualified = functools.partial(_qualified, table)
-        holder, params = fence.sql_holder(qualified, owner_id, unexpired_at)
-        where = [
-            f"{self._column(meta.pk.column)} = v.id",
-            fence.sql_epoch(qualified, "v.epoch"),
-            *holder,
-        ]
-        self._scoped(where, params)
+        where = [f"{self._column(meta.pk.column)} = v.id", fence.sql_epoch(qualified, "v.epoch")]
         # The rows are locked first, in id order: the order ``get(lock=True)`` locks them in
         # (record_outcomes, release). An UPDATE alone locks rows in the order its plan meets
         # them (here the leases' order), so a worker's renewal and its completer's flush could
         # each hold a row the other waits for: a deadlock, and one of them aborted.
+        # The fence's holder conditions (and the scope) are checked there, on the rows read by
+        # id and locked (nothing changes them before COMMIT); the UPDATE finds them by id: with
+        # them in its own WHERE the planner read every running row of the status index for
+        # each job (its statistics, taken while the backlog was pending, know no running
+        # rows): 80,000 rows for a flush of 100 jobs beside 800 running (measured).
         pk = quote(self.using, meta.pk.column)
         ids, id_params = self._ids(lease.job_id for lease in leases)
+        holder, holder_params = fence.sql_holder(qualified, owner_id, unexpired_at)
+        owned, owned_params = [ids, *holder], [*id_params, *holder_params]
+        self._scoped(owned, owned_params)
         where.append(f"{table}.{pk} IN (SELECT {pk} FROM locked)")
-        owned = f"{ids} AND {table}.owner_id = %s"
         sql = (
-            f"{locked_in_id_order('locked', table, pk, owned)} "
+            f"{locked_in_id_order('locked', table, pk, ' AND '.join(owned))} "
             f"UPDATE {table} SET {', '.join(assignments)} "
             f"FROM {json_rows('v', ', '.join(shape))} "
             f"WHERE {' AND '.join(where)}"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*id_params, owner_id, *values, json.dumps(rows), *params])
+            cursor.execute(sql, [*owned_params, *values, json.dumps(rows)])
             return cursor.rowcount
 
 

@@ -42,6 +42,7 @@ from ...database.dbvendor import (
     submits_arrays,
     work_notice,
 )
+from ...database.wakeups import work_written
 from ...models import Job
 from .rows import load_job
 
@@ -102,23 +103,27 @@ def submit(
     is the new row, or the earlier job holding the key (the caller compares its proposal), or
     None when the job's id is taken by a job of another key. ``fields`` holds at least
     ``scope``, ``operation``, ``created_at`` and ``run_after``; the keys of ``jobs`` are
-    distinct. ``notify`` names the queue to wake when the transaction commits (PostgreSQL).
+    distinct. ``notify`` names the queue to wake when the transaction commits (PostgreSQL's
+    NOTIFY; this process's workers on every database).
     """
     # Every job's proposal passed the store's checks (strict JSON, size and depth) on its way
     # into a ``NewJob``: the flag records that, for the ownership assessment in SQL and Python.
     statement = SubmitStatement(using, {**fields, "proposal_checked": True})
     if len(jobs) == 1:
-        return statement.run(jobs, notify)
-    # Rows go in sorted by key, so that concurrent calls over the same keys wait on each other
-    # in one order instead of deadlocking.
-    order = sorted(range(len(jobs)), key=lambda index: jobs[index].key)
-    most = submit_rows_most(statement.connection, list(FIELDS), ROWS_PER_STATEMENT)
-    held: list[tuple[Job | None, bool]] = []
-    for chunk in _chunks([jobs[index] for index in order], most):
-        held.extend(statement.run(chunk, notify))
-    in_order: list[tuple[Job | None, bool]] = [(None, False)] * len(jobs)
-    for index, pair in zip(order, held, strict=True):
-        in_order[index] = pair
+        in_order = statement.run(jobs, notify)
+    else:
+        # Rows go in sorted by key, so that concurrent calls over the same keys wait on each
+        # other in one order instead of deadlocking.
+        order = sorted(range(len(jobs)), key=lambda index: jobs[index].key)
+        most = submit_rows_most(statement.connection, list(FIELDS), ROWS_PER_STATEMENT)
+        held: list[tuple[Job | None, bool]] = []
+        for chunk in _chunks([jobs[index] for index in order], most):
+            held.extend(statement.run(chunk, notify))
+        in_order = [(None, False)] * len(jobs)
+        for index, pair in zip(order, held, strict=True):
+            in_order[index] = pair
+    if notify is not None:  # after the rows: when their transaction commits (in autocommit, now)
+        work_written(using)
     return in_order
 
 

@@ -21,6 +21,7 @@ from django.db import connections
 from django.db.models import QuerySet
 
 from ..rules.errors import LockPolicyConflict
+from .wakeups import work_written
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -158,13 +159,16 @@ WORK_CHANNEL = "durable_jobs_work"
 
 
 def notify_work(using: str, queue: str) -> None:
-    """Wake listening workers when the current transaction commits (PostgreSQL NOTIFY).
+    """Wake listening workers when the current transaction commits (PostgreSQL NOTIFY), and
+    this process's workers on every database (``wakeups.py``).
 
-    Elsewhere workers poll; NOTIFY is only a shortcut, so losing one costs a poll interval.
+    Elsewhere workers watch and poll; NOTIFY is only a shortcut, so losing one costs a poll
+    interval.
     PostgreSQL delivers identical notifications (same channel and payload, here the queue) of one
     transaction once, at COMMIT, so calling this for every job of a transaction still wakes the
     workers of each queue once.
     """
+    work_written(using)
     notice = work_notice(using, queue)
     if notice is not None:
         expression, params = notice

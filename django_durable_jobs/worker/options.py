@@ -27,6 +27,7 @@ PROCESSES = (1, 256)
 MAX_JOBS = (1, 1_000_000_000)
 LEASE_SECONDS = (0.1, 86_400.0)
 POLL_SECONDS = (0.01, 3_600.0)
+WATCH_SECONDS = (0.0, 60.0)
 GRACE_SECONDS = (0.0, 86_400.0)
 TIMEOUT_GRACE = 5.0  # seconds a timed-out executor gets to stop before it is abandoned
 
@@ -39,6 +40,7 @@ __all__ = [
     "PREFETCH",
     "PROCESSES",
     "TIMEOUT_GRACE",
+    "WATCH_SECONDS",
     "WorkerOptions",
     "check",
     "check_processes",
@@ -54,11 +56,14 @@ class WorkerOptions:
     """What ``runjobs`` was asked to do; checked before anything starts."""
 
     concurrency: int = 4
-    prefetch: int | None = None  # claimed jobs waiting for a job thread; None: = concurrency
+    prefetch: int | None = None  # claimed jobs waiting for a job thread; None: grows (pace.py)
     operations: list[str] | None = None
     queues: list[str] | None = None
     lease_seconds: float = 30.0
     poll: float = 1.0
+    # Seconds between looks for new submissions where there is no NOTIFY (watch.py); None: the
+    # database's default, 0: no watch (the poll alone).
+    watch: float | None = None
     burst: bool = False
     max_jobs: int | None = None
     scope: str | None = None
@@ -81,6 +86,8 @@ def check(options: WorkerOptions) -> None:
         whole(options.prefetch, "--prefetch", PREFETCH)
     seconds(options.lease_seconds, "--lease-seconds", LEASE_SECONDS)
     seconds(options.poll, "--poll", POLL_SECONDS)
+    if options.watch is not None:
+        seconds(options.watch, "--watch", WATCH_SECONDS)
     if options.max_jobs is not None:
         whole(options.max_jobs, "--max-jobs", MAX_JOBS)
     seconds(options.grace, "--grace", GRACE_SECONDS)

@@ -26,6 +26,7 @@ from datetime import datetime
 from django.db import DatabaseError
 
 from .. import metrics
+from ..database import wakeups
 from ..formatting.terminal import printable
 from ..rules import registry
 from ..rules.conf import jobs_settings
@@ -41,12 +42,14 @@ from .held import Held, HeldState
 from .holdings import Holdings
 from .listener import NotifyListener
 from .options import WorkerOptions
+from .pace import Pace
 from .reports import AttemptReport, Ended, Unwritten, log
 from .scheduler import Scheduler, declared
 from .shutdown import Shutdown
 from .startup import until_reachable, wait_for_database
 from .timeouts import Timeouts
 from .unregistered import UnregisteredWatch
+from .watch import SubmissionWatch
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -76,12 +79,14 @@ class Worker:
         # deployment, a newer release) stay pending for a worker that knows them.
         self.operations = options.operations or sorted(registry.all_operations())
         self.prefetch = options.concurrency if options.prefetch is None else options.prefetch
+        self.pace = Pace(options.concurrency, options.prefetch)  # grows the buffer for short jobs
         self.report = report or (lambda line: None)
         self.holdings = Holdings(self.store)  # its lock also guards claimed and outcomes
         self.buffer: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.idle = threading.Event()  # tests wait on this: nothing held, nothing claimable
+        self.looking = threading.Event()  # the fetch loop sleeps with room: watch.py may wake it
         self.claimed = 0
         self.outcomes: Counter[Ended] = Counter()
         self.drained = False  # the last claim found less than it asked for
@@ -141,6 +146,10 @@ class Worker:
         self.clock_check.measure()
         if NotifyListener.supported(self.using):
             NotifyListener(self.using, self.wake, self.stopped).start()
+        elif SubmissionWatch.supported(self.using) and self.options.watch != 0:
+            every = self.options.watch
+            SubmissionWatch(self.using, self.wake, self.looking, self.stopped, every).start()
+        unlisten = wakeups.listen(self.using, self.wake)  # submissions of this process
         self.heartbeat.start()
         self.completer.start()
         self.timeouts.start()
@@ -155,6 +164,7 @@ class Worker:
             clean = True
         finally:
             self.stopped.set()
+            unlisten()
             if self.scheduler is not None:
                 self.scheduler.stop()
                 self.scheduler.join(timeout=self.options.lease_seconds)
@@ -222,7 +232,14 @@ class Worker:
                     self.idle.set()
                     return  # --max-jobs reached and done, or --burst found nothing
                 self.idle.set()
-            self.wake.wait(self.options.poll)
+            self._sleep()
+
+    def _sleep(self) -> None:
+        """Wait for a wake-up or the poll; with a slot free, let the watch look meanwhile."""
+        if self._claim_budget() > 0:
+            self.looking.set()
+        self.wake.wait(self.options.poll)
+        self.looking.clear()
 
     def _claim_budget(self) -> int:
         """Return how many jobs to claim now: free slots plus the prefetch buffer's room."""
@@ -248,11 +265,29 @@ class Worker:
             return []
         if not self.clock_check.allows_claims():  # logged; back off as for an unavailable database
             return None
+        claimed = self._claim_held(self.operations, limit)
+        if claimed is None:
+            return None
+        self.drained = len(claimed) < limit  # nothing more claimable just now
+        if not self.drained and not self.stopping.is_set():  # more of a backlog of short jobs
+            short, more = self._short_room()
+            if more > 0:
+                # In the same turn: from the scope the first claim served, so that with two
+                # scopes the large claims do not all go to the one the small ones skip.
+                claimed += self._claim_held(short, more, same_turn=True) or []
+        return claimed
+
+    def _claim_held(
+        self, operations: list[str], limit: int, *, same_turn: bool = False
+    ) -> list[Claimed] | None:
+        """Claim up to ``limit`` jobs of ``operations`` and buffer them; None on a database error."""
         try:
             claimed = self.store.claim_batch(
-                operations=self.operations, queues=self.options.queues, limit=limit
+                operations=operations,
+                queues=self.options.queues,
+                limit=limit,
+                same_turn=same_turn,
             )
-            self.drained = len(claimed) < limit  # nothing more claimable just now
         except DatabaseError:
             logger.warning("claim failed: database unavailable", exc_info=True)
             reset_broken_connections()
@@ -262,6 +297,17 @@ class Worker:
         for claim in claimed:
             self._hold(claim)
         return claimed
+
+    def _short_room(self) -> tuple[list[str], int]:
+        """Return the operations seen to run short and how many more of them to claim now
+        (``pace.py``): what ``pace`` holds for them beyond the jobs in hand."""
+        short, hold = self.pace.short(self.operations)
+        with self.holdings.lock:
+            counts = self.holdings.counts
+            more = hold - counts[HeldState.BUFFERED] - counts[HeldState.RUNNING]
+        if self.options.max_jobs is not None:
+            more = min(more, self.options.max_jobs - self.claimed)
+        return short, more
 
     # -- one job ---------------------------------------------------------------------------------
 
@@ -331,6 +377,7 @@ class Worker:
             outcome = Outcome.of_error(lease, exc)
         outcome = self.timeouts.timed_out(entry, outcome)
         duration = time.monotonic() - entry.started
+        self.pace.ran(job.operation, duration)
         with self.holdings.lock:
             abandoned = entry.abandoned
             if not abandoned:

@@ -57,6 +57,8 @@ RUNJOBS_CASES = [
     *[([f"--lease-seconds={v}"], "--lease-seconds", "finite") for v in ["inf", "nan", "0", "-1"]],
     *[([f"--poll={v}"], "--poll", "finite number of seconds") for v in [*SECONDS, "0", "-1"]],
     (["--poll", "4000"], "--poll", "0.01 to 3,600"),
+    *[([f"--watch={v}"], "--watch", "non-negative finite") for v in [*SECONDS, "-1", "-0.01"]],
+    (["--watch", "61"], "--watch", "0 to 60"),
     *[([f"--grace={v}"], "--grace", "non-negative finite") for v in [*SECONDS, "-1", "-0.5"]],
     *[([f"--timeout-grace={v}"], "--timeout-grace", "non-negative") for v in [*SECONDS, "-1"]],
     (["--concurrency", HUGE], "--concurrency", "1 to 1,000"),

@@ -659,6 +659,7 @@ RUNJOBS_OPTIONS = {
     "--crash-loop-seconds": (st.floats(1, 86400), fz.floats()),
     "--lease-seconds": (st.floats(0.1, 86400), fz.floats()),
     "--poll": (st.floats(0.01, 3600), fz.floats()),
+    "--watch": (st.floats(0, 60), fz.floats()),
     "--grace": (st.floats(0, 86400), fz.floats()),
     "--timeout-grace": (st.floats(0, 86400), fz.floats()),
     "--max-jobs": (st.integers(1, 10**9), fz.integers()),

@@ -15,7 +15,10 @@ The job that keeps the single job thread busy is ``tests.gate``: it runs until t
 from __future__ import annotations
 
 import json
+import re
 import signal
+import statistics
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,7 @@ from django_durable_jobs import submit
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.rules.vocabulary import WorkerState
 from django_durable_jobs.store import DurableJobStore
+from django_durable_jobs.worker.pace import RECENT, SHORT_SECONDS
 from tests.support import wait_for
 from tests.worker_support import RunJobs, attempts, job, marker
 
@@ -159,3 +163,109 @@ def test_cancellation_of_a_prefetched_job_is_set_when_it_starts(workers, tmp_pat
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.logs()
     assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+# -- the buffer grows for short jobs (pace.py) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefetch", "held"),
+    [
+        # More than 2 + 2, up to all 20 (as many as its threads run in 50 ms at the pace seen).
+        pytest.param((), range(2 + 2 + 1, 2 + 20 + 1), id="grows-for-short-jobs"),
+        # Up to 2 + 2; 3 when the last claim left one buffered (it waits for half the room).
+        pytest.param(("--prefetch", "2"), range(2 + 1, 2 + 2 + 1), id="prefetch-given-is-kept"),
+    ],
+)
+def test_a_backlog_of_short_jobs_grows_the_buffer_whose_leases_live_until_sigterm_releases_it(
+    workers, tmp_path, prefetch, held
+):
+    """Thirty ``tests.gate`` jobs already open run first and teach the worker that the operation
+    runs short; two closed ones then keep both job threads busy while twenty open ones wait.
+
+    Without ``--prefetch`` the worker holds more of the twenty in its buffer than its two
+    threads plus the default prefetch of two, their leases are renewed past their first expiry,
+    and SIGTERM releases every one; with ``--prefetch 2`` it holds two at most.
+    """
+
+    def opened(priority: int) -> object:
+        job_id = submit("tests.gate", {"markers": str(tmp_path)}, priority=priority).pk
+        _open(tmp_path, job_id)
+        return job_id
+
+    quick = [opened(10) for _ in range(30)]
+    busy = [_gated(tmp_path, seconds=60) for _ in range(2)]
+    Job.objects.filter(pk__in=busy).update(priority=5)  # after the quick ones, before the rest
+    backlog = [opened(1) for _ in range(20)]
+    worker = workers.start("--lease", "3", "--concurrency", "2", "--grace", "15", *prefetch)
+    for job_id in busy:
+        _started(tmp_path, job_id)
+    owner = worker.wait_for_row().owner_id
+    mine = Job.objects.filter(status=JobStatus.RUNNING, owner_id=owner)
+    grows = not prefetch  # only then does the test's premise need tests.gate seen short
+    try:
+        wait_for(lambda: mine.count() >= held.start, f"{held.start} jobs held", timeout=15)
+    except AssertionError:
+        if grows:
+            _skip_unless_short(worker, quick)
+        raise
+    _heartbeats(worker, 2)  # seconds of polling with both job threads busy: nothing more held
+    if grows and mine.count() < held.start:
+        _skip_unless_short(worker, quick)
+    assert mine.count() in held
+    assert all(job(j).status == JobStatus.COMPLETE for j in quick)
+    buffered = set(mine.values_list("pk", flat=True)) - set(busy)
+    assert buffered <= set(backlog) and len(buffered) == mine.count() - 2
+    assert not any(marker(tmp_path, f"started-{j}-1") for j in buffered)
+
+    # Buffered past the lease of their claim: renewed with the rest, still this worker's.
+    claimed_until = max(mine.values_list("lease_expires_at", flat=True))
+    wait_for(lambda: DurableJobStore().clock() > claimed_until, "the claim's lease to pass")
+    _heartbeats(worker, 1)
+    assert set(mine.values_list("pk", flat=True)) == {*busy, *buffered}
+    assert all(row.lease_expires_at > claimed_until for row in mine)
+
+    worker.send(signal.SIGTERM)
+    worker.wait_for_log(f"released {len(buffered)} claimed job(s) that never started")
+    for job_id in busy:
+        _open(tmp_path, job_id)
+    assert worker.wait() == 0, worker.logs()
+    for job_id in buffered:
+        released = job(job_id)
+        assert (released.status, released.attempts, released.owner_id) == ("pending", 0, None)
+        assert attempts(job_id) == [("released", 1, owner)]
+    assert [job(j).status for j in busy] == [JobStatus.COMPLETE] * 2
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def _skip_unless_short(worker: RunJobs, quick: list) -> None:
+    """Skip when the worker did not see ``tests.gate`` run short: its buffer then rightly kept
+    to the slot count. The worker logs each run's duration as the pace measures it; on a machine
+    loaded enough (CI runs four suites on two cores), a run of a few file operations can take
+    longer than the 5 ms that makes an operation short. Otherwise the buffer should have grown:
+    return, and the caller's assertion fails."""
+    pattern = re.compile(
+        r"job (\S+) tests\.gate attempt=1 epoch=1 outcome=complete duration=([\d.]+)s"
+    )
+    ids = {str(job_id) for job_id in quick}
+    runs = [float(d) for j, d in pattern.findall(worker.stderr()) if j in ids][-RECENT:]
+    if runs and statistics.median(runs) > SHORT_SECONDS:
+        pytest.skip(
+            f"tests.gate's last {len(runs)} runs took {statistics.median(runs) * 1000:.0f} ms "
+            f"(median), over the {SHORT_SECONDS * 1000:g} ms of a short operation: the machine "
+            "was too loaded for this worker to see it run short"
+        )
+
+
+def test_jobs_that_run_longer_than_short_are_claimed_no_more_than_the_threads_and_prefetch(
+    workers, tmp_path
+):
+    """Jobs of 20 ms (short is 5 ms at most) keep the default buffer: no claim took more than
+    the two job threads plus the prefetch of two (each claim stamps its jobs' ``claimed_at``)."""
+    ids = [submit("tests.sleep", {"seconds": 0.02, "n": n}).pk for n in range(40)]
+    code, worker = workers.run("--burst", "--concurrency", "2")
+    assert code == 0, worker.logs()
+    rows = Job.objects.filter(pk__in=ids)
+    assert {row.status for row in rows} == {JobStatus.COMPLETE}
+    per_claim = Counter(rows.values_list("claimed_at", flat=True))
+    assert max(per_claim.values()) <= 4, per_claim

@@ -1,16 +1,18 @@
-"""django-durable-jobs side by side with django-tasks-db and Procrastinate, in one run.
+"""django-durable-jobs side by side with django-tasks-db, dj-queue and Procrastinate, in one run.
 
 For each database (PostgreSQL, SQLite, MariaDB) and each system that runs on it, this benchmark
 drops and recreates a database of the system's own, ``bench_cmp_<system>_<db>``, on the same
 server, and measures, the same way for every system (see ``benchmarks/systems/harness.py``):
 
 - **enqueue**: single calls (``submit()``, ``task.enqueue()``, ``task.defer()``) and the bulk path
-  (``submit_many()``, Procrastinate's ``batch_defer()``; django-tasks-db has none);
+  (``submit_many()``, dj-queue's ``enqueue_all()``, Procrastinate's ``batch_defer()``;
+  django-tasks-db has none);
 - **latency**: enqueue→start with one idle worker (NOTIFY where the system listens, else its
   default poll interval);
 - **drain**: ``--drain-jobs`` no-op jobs by 1, 2, 4 and 8 worker processes started at once:
-  throughput from the system's own start and finish timestamps, wall time, and the worker
-  processes' CPU per job (their rusage, from ``os.wait4``).
+  throughput from the system's own start and finish timestamps, and again from the spawn of the
+  processes (start-up included), wall time, and the worker processes' CPU per job (their rusage,
+  from ``os.wait4``).
 
 Each system runs in child processes with its own settings (Django settings are per process); the
 drains of all systems alternate, process count by process count, so load from elsewhere on the
@@ -54,7 +56,7 @@ def _list(value: str) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.side_by_side",
-        description="django-durable-jobs vs django-tasks-db and Procrastinate: drain, CPU per "
+        description="django-durable-jobs vs django-tasks-db, dj-queue and Procrastinate: drain, CPU per "
         "job, enqueue and latency, measured the same way in one run.",
     )
     add = parser.add_argument

@@ -58,12 +58,14 @@ def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
     for figures in drains.values():
         assert figures["jobs"] == 40
         assert figures["jobs_per_s"] > 0
+        assert 0 < figures["jobs_per_s_from_spawn"] < figures["jobs_per_s"]  # start-up counts
         assert figures["wall_seconds"] > 0
         assert figures["cpu_us_per_job"] > 0
         assert figures["violations"] == []
     assert ours["idle"]["default"]["cpu_seconds"] > 0
     assert ours["enqueue"]["single"]["jobs_per_s"] > 0
-    assert ours["latency"]["jobs"] == (5 if db == "postgresql" else 2)
+    assert ours["latency"]["jobs"] == 5  # woken everywhere: NOTIFY, or the watch
+    assert ours["latency"]["wakeup"] == ("NOTIFY" if db == "postgresql" else "watch 0.04 s")
     assert ours["latency"]["start_ms"]["p50"] > 0
     assert "django-durable-jobs" in run.stdout
 
@@ -87,3 +89,33 @@ def test_stats_benchmark_smoke_run() -> None:
     assert row[1] == "300"  # finished jobs
     assert int(row[2]) > 0  # queries of one snapshot
     assert all(float(ms) > 0 for ms in row[3:7])
+
+
+def test_workers_without_a_burst_mode_are_stopped_by_sigterm_once_done(tmp_path: Path) -> None:
+    """dj-queue's workers never exit by themselves: the harness sends them SIGTERM once its
+    ``until()`` is true, counts exiting by it as success and still reaps their CPU."""
+    from benchmarks.systems.harness import WorkerFailed, run_workers
+
+    done = tmp_path / "done"
+    spin = "import signal, sys, time\nwhile True: sum(range(10000)); time.sleep(0.001)"
+    argv = [sys.executable, "-c", spin]
+    checks = []
+
+    def until() -> bool:
+        checks.append(1)
+        if len(checks) == 10:  # a second of polling: the workers are up and spinning
+            done.write_text("")
+        return done.exists()
+
+    run = run_workers(argv, dict(os.environ), 2, tmp_path, timeout=30, until=until)
+    assert run.cpu_seconds > 0 and len(checks) >= 10
+    # A worker that dies on its own before until() is true is a failure, as before.
+    with pytest.raises(WorkerFailed, match="exited 3"):
+        run_workers(
+            [sys.executable, "-c", "raise SystemExit(3)"],
+            dict(os.environ),
+            1,
+            tmp_path,
+            timeout=30,
+            until=lambda: False,
+        )

@@ -43,6 +43,14 @@ SYSTEMS: dict[str, SystemInfo] = {
             "benchmarks.systems.settings_tasksdb",
         ),
         SystemInfo(
+            "djqueue",
+            "dj-queue",
+            "benchmarks.systems.djqueue",
+            ("postgresql", "sqlite", "mariadb"),
+            ("dj_queue", "django.tasks"),
+            "benchmarks.systems.settings_djqueue",
+        ),
+        SystemInfo(
             "procrastinate",
             "procrastinate",
             "benchmarks.systems.procrastinate_sys",

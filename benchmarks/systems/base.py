@@ -26,6 +26,10 @@ class System:
     poll_seconds: float | None = None
     #: Why the bulk path is missing, or None when ``enqueue_many`` exists.
     bulk_unavailable: str | None = "no bulk enqueue"
+    #: Whether ``worker_argv(burst=True)`` exits once the queue is empty. When not, the harness
+    #: sends the workers SIGTERM once ``finished()`` counts every job (or, idle, once
+    #: ``workers_ready()``).
+    exits_when_drained = True
 
     def __init__(self, db: str, args: Namespace) -> None:
         self.db = db
@@ -89,6 +93,14 @@ class System:
 
     def drain_span(self) -> tuple[float, float, int]:
         """Return (first job started, last job finished, jobs finished), Unix seconds."""
+        raise NotImplementedError
+
+    def finished(self) -> int:
+        """Return how many jobs have finished (systems whose workers do not exit by themselves)."""
+        raise NotImplementedError
+
+    def workers_ready(self) -> bool:
+        """Return whether a worker has started (systems whose workers do not exit by themselves)."""
         raise NotImplementedError
 
     def verify(self, jobs: int) -> list[str]:

@@ -5,7 +5,8 @@
   the task's own start time minus the time just before the enqueue call.
 - **drain**: ``--drain-jobs`` due jobs loaded up front, then N burst worker processes started at
   once; throughput is jobs / (last job finished - first job started) from the system's own table,
-  the CPU is the user + system time of the worker processes (``os.wait4``), divided by the jobs.
+  and again counted from the moment the processes were spawned (start-up included); the CPU is
+  the user + system time of the worker processes (``os.wait4``), divided by the jobs.
 - **idle**: the CPU one worker process spends starting and stopping on an empty queue.
 """
 
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +63,19 @@ def _log_tail(path: Path) -> str:
 
 
 def run_workers(
-    argv: list[str], env: dict[str, str], count: int, log_dir: Path, timeout: float
+    argv: list[str],
+    env: dict[str, str],
+    count: int,
+    log_dir: Path,
+    timeout: float,
+    until: Callable[[], bool] | None = None,
 ) -> WorkerRun:
     """Run ``count`` copies of ``argv`` at once until all exit 0; return wall and CPU seconds.
 
-    Each child is reaped with ``os.wait4``, whose resource usage is that child's own (and that of
-    any children it waited for), so the CPU is the workers' and never the benchmark's.
+    With ``until``, the workers do not exit by themselves: once ``until()`` is true they are sent
+    SIGTERM, and exiting by it counts as success. Each child is reaped with ``os.wait4``, whose
+    resource usage is that child's own (and that of any children it waited for), so the CPU is
+    the workers' and never the benchmark's.
     """
     logs = [log_dir / f"worker-{i}.log" for i in range(count)]
     started = time.perf_counter()
@@ -79,8 +87,13 @@ def run_workers(
             )
     pending = dict(zip((p.pid for p in procs), zip(procs, logs, strict=True), strict=True))
     cpu = 0.0
+    stopped = False
     try:
         while pending:
+            if until is not None and not stopped and until():
+                for proc in procs:
+                    proc.send_signal(signal.SIGTERM)
+                stopped = True
             for pid, (proc, log) in list(pending.items()):
                 reaped, status, usage = os.wait4(pid, os.WNOHANG)
                 if not reaped:
@@ -88,13 +101,15 @@ def run_workers(
                 proc.returncode = os.waitstatus_to_exitcode(status)
                 cpu += usage.ru_utime + usage.ru_stime
                 del pending[pid]
-                if proc.returncode != 0:
+                if proc.returncode != 0 and not (stopped and proc.returncode == -signal.SIGTERM):
                     raise WorkerFailed(
                         f"{' '.join(argv[1:4])} exited {proc.returncode}:\n{_log_tail(log)}"
                     )
             if pending and time.perf_counter() - started > timeout:
                 raise WorkerFailed(f"{len(pending)} worker(s) still running after {timeout:g} s")
-            time.sleep(0.005)
+            # until() is a query of the system's table: asked 10 times a second, it adds little
+            # load beside the drain (whose span is read from the rows, not from this loop).
+            time.sleep(0.005 if until is None else 0.1)
     finally:
         for proc, _ in pending.values():
             proc.kill()
@@ -230,8 +245,15 @@ def drain(system: System, series: str, processes: int, args: Any, log_dir: Path)
     system.clear()
     system.load(jobs)
     system.analyze()
+    until = None if system.exits_when_drained else (lambda: system.finished() >= jobs)
+    spawned = time.time()
     run = run_workers(
-        system.worker_argv(burst=True), system.worker_env(series), processes, log_dir, args.timeout
+        system.worker_argv(burst=True),
+        system.worker_env(series),
+        processes,
+        log_dir,
+        args.timeout,
+        until,
     )
     first, last, done = system.drain_span()
     if done != jobs:
@@ -245,6 +267,9 @@ def drain(system: System, series: str, processes: int, args: Any, log_dir: Path)
         "jobs": jobs,
         "seconds": seconds,
         "jobs_per_s": jobs / seconds,
+        # Counted from the moment the worker processes were spawned: start-up included.
+        "spawn_seconds": last - spawned,
+        "jobs_per_s_from_spawn": jobs / (last - spawned),
         "wall_seconds": run.wall_seconds,
         "cpu_seconds": run.cpu_seconds,
         "cpu_us_per_job": run.cpu_seconds / jobs * 1e6,
@@ -255,7 +280,8 @@ def drain(system: System, series: str, processes: int, args: Any, log_dir: Path)
 def idle(system: System, series: str, args: Any, log_dir: Path) -> dict[str, Any]:
     """Return the CPU and wall seconds of one burst worker on an empty queue."""
     system.clear()
+    until = None if system.exits_when_drained else system.workers_ready
     run = run_workers(
-        system.worker_argv(burst=True), system.worker_env(series), 1, log_dir, args.timeout
+        system.worker_argv(burst=True), system.worker_env(series), 1, log_dir, args.timeout, until
     )
     return {"series": series, "cpu_seconds": run.cpu_seconds, "wall_seconds": run.wall_seconds}

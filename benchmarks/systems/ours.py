@@ -29,8 +29,17 @@ class Ours(DjangoSystem):
 
     def __init__(self, db: str, args: Namespace) -> None:
         super().__init__(db, args)
-        # runjobs listens for NOTIFY on PostgreSQL; elsewhere its default --poll is 1 s.
-        self.poll_seconds = None if db == "postgresql" else 1.0
+        # runjobs listens for NOTIFY on PostgreSQL and watches for new rows elsewhere: woken
+        # either way, never left to its 1 s poll.
+        self.poll_seconds = None
+
+    @property
+    def wakeup(self) -> str:
+        if self.db == "postgresql":
+            return "NOTIFY"
+        from django_durable_jobs.worker.watch import LOOK_SECONDS
+
+        return f"watch {LOOK_SECONDS['sqlite' if self.db == 'sqlite' else 'mysql']:g} s"
 
     def open(self) -> None:
         super().open()

@@ -2,11 +2,11 @@
 #
 #   make demo    example project on embedded SQLite: migrate, narrated demo (needs only Python)
 #   make test    strict docs build, whole suite on SQLite, PostgreSQL and MariaDB, plus SQLite
-#                on Django 5.2 LTS, in two lanes at once (TEST_LANES=1: one after another)
+#                on Django 5.2 LTS, all four at once (TEST_LANES=2: two lanes; 1: one by one)
 #                (the PostgreSQL-restart tests only with DURABLE_JOBS_TEST_RESTART_SERVERS=1)
 #   make test-quick  the suite on SQLite only (a few minutes; no database server needed)
 #   make docs    the documentation site, built with mkdocs --strict into test-output/site
-#   make bench   side by side with django-tasks-db and Procrastinate, then the terminal-rows,
+#   make bench   side by side with django-tasks-db, dj-queue and Procrastinate, then the terminal-rows,
 #                worker, workflow, stats and flow-control benchmarks (installs the bench extra first)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k lease"

@@ -122,6 +122,35 @@ def _prepare_claim_next(args: dict[str, Any]):
     return run
 
 
+class Backlog:
+    """A racing claimer's view of the jobs still pending, after a claim that got none.
+
+    ``wait()`` returns False once none is pending; otherwise it sleeps 10-30 ms and returns
+    True. It raises when the pending count has not moved for half the child's time: stuck, not
+    merely slow (a loaded machine may take longer than that over the whole backlog).
+    """
+
+    def __init__(self, pending: Any, rng: Any) -> None:
+        self.pending = pending
+        self.rng = rng
+        self.seen: int | None = None
+        self.give_up = 0.0
+
+    def wait(self) -> bool:
+        left = self.pending.count()
+        if not left:
+            return False
+        if left != self.seen:
+            self.seen = left
+            self.give_up = time.monotonic() + CHILD_TIMEOUT / 2
+        if time.monotonic() > self.give_up:
+            raise RuntimeError(f"{left} pending jobs stayed unclaimable")
+        # Not at once: on SQLite every claim takes the write lock, and claimers retrying every
+        # few milliseconds starve the holders' completions of it.
+        time.sleep(self.rng.uniform(0.01, 0.03))
+        return True
+
+
 def _prepare_claim_batch(args: dict[str, Any]):
     import random
 
@@ -138,7 +167,7 @@ def _prepare_claim_batch(args: dict[str, Any]):
         claimed: list[list[Any]] = []
         batches = waits = most_running = largest = 0
         refused: list[str] = []
-        give_up = time.monotonic() + CHILD_TIMEOUT / 2
+        backlog = Backlog(jobs.filter(status=JobStatus.PENDING), rng)
         while True:
             batch = store.claim_batch(
                 operations=[args["operation"]],
@@ -146,12 +175,9 @@ def _prepare_claim_batch(args: dict[str, Any]):
                 max_running=args.get("max_running"),
             )
             if not batch:
-                if not jobs.filter(status=JobStatus.PENDING).exists():
+                if not backlog.wait():
                     break
-                if time.monotonic() > give_up:
-                    raise RuntimeError("pending jobs stayed unclaimable")
                 waits += 1  # the rest is locked by other claimers, or the limit is reached
-                time.sleep(0.005)
                 continue
             most_running = max(most_running, jobs.filter(status=JobStatus.RUNNING).count())
             batches += 1

@@ -43,7 +43,7 @@ if TEST_DB == "sqlite":
     }
 elif TEST_DB == "postgresql":
     _default_db = {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "tests.backends.postgresql",  # Django's, flushed faster (see there)
         "NAME": "postgres",
         "USER": "postgres",
         "PASSWORD": "",

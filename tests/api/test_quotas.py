@@ -6,6 +6,8 @@ another's allowance.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.test import override_settings
 
@@ -23,6 +25,16 @@ def quotas(**red):
     return override_settings(DURABLE_JOBS={"SCOPE_QUOTAS": {"red": red}})
 
 
+def in_one_window(seconds: float, margin: float = 15.0) -> None:
+    """Wait, when fewer than ``margin`` seconds are left of the current submission-rate window
+    of ``seconds``, until the next one begins. The windows are fixed, aligned to the clock (a
+    minute starts at :00), so a test whose counted calls straddled a boundary would find the
+    count reset half-way (seen on CI: a sixth call in a "5/m" window at 03:15:00.17 accepted)."""
+    left = seconds - time.time() % seconds
+    if left < margin:
+        time.sleep(left + 0.05)
+
+
 def test_a_full_pending_cap_is_429_with_retry_after(api):
     with quotas(MAX_PENDING=2):
         for n in range(2):
@@ -36,6 +48,7 @@ def test_a_full_pending_cap_is_429_with_retry_after(api):
 
 
 def test_a_used_up_submission_rate_is_429_until_its_window_ends(api):
+    in_one_window(3600)
     with quotas(SUBMIT_RATE="2/h"):
         for n in range(2):
             assert api.post("/jobs", {"operation": OP, "payload": {"n": n}}).status_code == 201
@@ -48,6 +61,7 @@ def test_a_used_up_submission_rate_is_429_until_its_window_ends(api):
 def test_each_token_has_its_own_rate_within_the_scope(user):
     first = Api(create_token(user, "red", "first").token)
     second = Api(create_token(user, "red", "second").token)
+    in_one_window(3600)
     with quotas(TOKEN_SUBMIT_RATE="1/h"):
         assert first.post("/jobs", {"operation": OP, "payload": {"n": 1}}).status_code == 201
         before = db_state()
@@ -71,6 +85,7 @@ def test_each_token_has_its_own_rate_within_the_scope(user):
 )
 def test_refused_submissions_do_not_use_up_a_token_s_window(user, bad):
     api = Api(create_token(user, "red", "limited").token)
+    in_one_window(60)
     with quotas(TOKEN_SUBMIT_RATE="5/m", SUBMIT_RATE="5/m", MAX_PRIORITY=5):
         taken = {"operation": OP, "payload": {"first": True}, "idempotency_key": "taken"}
         assert api.post("/jobs", taken).status_code == 201

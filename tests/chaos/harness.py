@@ -284,7 +284,25 @@ class Run:
     # -- faults --------------------------------------------------------------------------
 
     def drive(self, faults: list) -> None:
-        """Submit and do the planned faults until the run's time is up."""
+        """Submit and do the planned faults until the run's time is up.
+
+        On SQLite the harness's own statements give up on the write lock after
+        ``HARNESS_LOCK_WAIT`` seconds while it drives (and are retried at the next turn of the
+        loop): a worker SIGSTOPped inside a transaction holds that lock until its SIGCONT, which
+        this loop sends, so waiting SQLite's full timeout here stopped the run's faults for 20 s.
+        """
+        from django.db import connections
+        from django.db.backends.signals import connection_created
+
+        connection_created.connect(_short_lock_wait)
+        connections.close_all()  # the next statement opens a connection that waits briefly
+        try:
+            self._drive(faults)
+        finally:
+            connection_created.disconnect(_short_lock_wait)
+            connections.close_all()
+
+    def _drive(self, faults: list) -> None:
         fleet = self.fleet
         start = time.monotonic()
         later: list[tuple[float, str, Any]] = []  # (due, action, subject)
@@ -400,6 +418,16 @@ class Run:
         if burst.returncode != 0:
             self.say(f"the burst worker exited {burst.returncode}")
         return late
+
+
+HARNESS_LOCK_WAIT = 0.25  # seconds; see Run.drive
+
+
+def _short_lock_wait(sender, connection, **kwargs) -> None:
+    """Make a new SQLite connection of the harness wait HARNESS_LOCK_WAIT for a lock at most."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(HARNESS_LOCK_WAIT * 1000)}")
 
 
 def run(argv: list[str] | None = None) -> int:

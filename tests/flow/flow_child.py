@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from tests.race_child import CHILD_TIMEOUT, REPO_ROOT, Child, Children, _emit
+from tests.race_child import REPO_ROOT, Backlog, Child, Children, _emit
 
 RATED = "flow.race.rated"
 KEYED = "flow.race.keyed"
@@ -55,15 +55,12 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     result = json.dumps({"by": args["actor"]})
     claimed: list[str] = []
     most_per_key = 0
-    give_up = time.monotonic() + CHILD_TIMEOUT / 2
+    backlog = Backlog(jobs.filter(status=JobStatus.PENDING), rng)
     while True:
         batch = store.claim_batch(operations=[args["operation"]], limit=args["limit"])
         if not batch:
-            if not jobs.filter(status=JobStatus.PENDING).exists():
+            if not backlog.wait():
                 break
-            if time.monotonic() > give_up:
-                raise RuntimeError("pending jobs stayed unclaimable")
-            time.sleep(0.005)
             continue
         keys = {c.job.concurrency_key for c in batch}
         for key in keys:

@@ -392,9 +392,14 @@ def test_cut_inside_a_transaction_holding_the_row_lock(
                 lambda: open_transactions(partition.host) and time.monotonic() - cut_at > LEASE + 1,
                 "the lease to be 1 s past its expiry",
             )
+            # B is not stuck, only skipping: it heartbeats on. Waited for, not read once: on a
+            # loaded machine B may have registered less than a heartbeat before this point.
+            wait_for(
+                lambda: b.row().heartbeat_at > b_row.heartbeat_at,
+                "a heartbeat of B since it started",
+            )
             assert (job(job_id).owner_id, job(job_id).fencing_epoch) == (owner, 1)
             assert locked(job_id)
-            assert b.row().heartbeat_at > b_row.heartbeat_at  # B is not stuck, only skipping
             held_for = max(open_transactions(partition.host))
             assert held_for >= LEASE + 1
             # A store call with an execution waits for the lock no longer than its budget.

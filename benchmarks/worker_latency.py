@@ -16,7 +16,11 @@ For each selected database this benchmark drops and recreates a database of its 
    about half of it;
 3. **drain**: ``--drain-jobs`` pending no-op jobs inserted up front, then one ``runjobs --burst``
    with ``--threads`` job threads; throughput = jobs / (last ``completed_at`` - first
-   ``claimed_at``), which leaves out Django's start-up (the wall time is shown too).
+   ``claimed_at``), which leaves out Django's start-up (the wall time is shown too);
+4. **async waits**: ``--async-jobs`` jobs of an ``async def`` operation that each awaits
+   ``asyncio.sleep(--async-seconds)``, submitted up front, then one ``runjobs --burst
+   --async-slots <jobs>`` process (its event loop); the time from the first claim to the last
+   completion, and from the spawn of the process (the target: 1,000 one-second waits in 3 s).
 
 Each database runs in a child process of its own (Django settings are per process). The parent
 prints one report and exits 1 when a woken p50 enqueue→start latency misses its target (20 ms
@@ -48,6 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DATABASES = ("sqlite", "postgresql", "mariadb")
 SETTINGS_MODULE = "benchmarks.worker_settings"
 OPERATION = "bench.noop"
+ASYNC_TARGET_SECONDS = 3.0  # 1,000 jobs awaiting asyncio.sleep(1), first claim to last end
 NOTIFY_P50_TARGET_MS = 20.0
 WATCH_P50_TARGET_MS = 50.0
 WARMUP_JOBS = 10
@@ -65,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--poll", type=float, default=1.0, help="runjobs --poll (%(default)s s)")
     parser.add_argument("--drain-jobs", type=int, default=2000, help="no-op jobs to drain")
     parser.add_argument("--threads", type=int, default=4, help="runjobs --concurrency to drain")
+    parser.add_argument("--async-jobs", type=int, default=1000, help="async jobs that wait")
+    parser.add_argument("--async-seconds", type=float, default=1.0, help="each one's wait")
     parser.add_argument("--seed", type=int, default=2026, help="seed of the pauses")
     parser.add_argument("--child", choices=DATABASES, help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
@@ -73,7 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not dbs or any(d not in DATABASES for d in dbs):
         parser.error(f"--db takes a comma-separated subset of {', '.join(DATABASES)}")
     args.dbs = list(dict.fromkeys(dbs))
-    if min(args.latency_jobs, args.poll_jobs, args.drain_jobs, args.threads) < 1:
+    if min(args.latency_jobs, args.poll_jobs, args.drain_jobs, args.threads, args.async_jobs) < 1:
         parser.error("job counts and --threads must be at least 1")
     if not args.poll > 0:
         parser.error("--poll must be positive")
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return run_child(args)
     options = []
-    for name in ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "seed"):
+    names = ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "seed")
+    for name in (*names, "async_jobs", "async_seconds"):
         options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     results, broken = run_per_database("benchmarks.worker_latency", args.dbs, options, child_env)
     print_report(results, args)
@@ -106,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             if woken and woken["start_ms"]["p50"] >= target:
                 print(f"MISSED: {r['db']} {mode} p50 enqueue→start is not under {target:g} ms")
                 missed = True
+        waits = r["async"]
+        if waits["jobs"] >= 1000 and waits["seconds"] > ASYNC_TARGET_SECONDS:
+            print(f"MISSED: {r['db']} async waits took over {ASYNC_TARGET_SECONDS:g} s")
+            missed = True
     return 1 if missed else 0
 
 
@@ -150,6 +162,17 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> Non
             f"{d['wall_seconds']:>7.2f}"
         )
     print()
+    print(
+        f"{args.async_jobs} async def jobs awaiting asyncio.sleep({args.async_seconds:g}) in one "
+        f"runjobs process (--async-slots {args.async_jobs})"
+    )
+    header = f"{'db':<11} {'jobs':>6} {'first claim→last end s':>23} {'spawn→last end s':>17}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        a = r["async"]
+        print(f"{r['db']:<11} {a['jobs']:>6} {a['seconds']:>23.2f} {a['from_spawn']:>17.2f}")
+    print()
     by_db = {r["db"]: r for r in results}
     pg = by_db.get("postgresql")
     if pg and "notify" in pg["latency"]:
@@ -193,14 +216,15 @@ def run_child(args: argparse.Namespace) -> int:
 class Worker:
     """A ``runjobs`` subprocess writing its log to a file."""
 
-    def __init__(self, argv: list[str], log_path: Path) -> None:
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         self.started = time.perf_counter()
+        self.started_at = time.time()
         with log_path.open("w") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "django", "runjobs", *argv],
                 cwd=REPO_ROOT,
-                env=dict(os.environ),
+                env={**os.environ, **(env or {})},
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -265,6 +289,7 @@ class WorkerBench:
             "server": self.server_version(),
             "latency": latency,
             "drain": self.drain(),
+            "async": self.async_waits(),
         }
 
     # -- submitting -----------------------------------------------------------------------------
@@ -318,8 +343,6 @@ class WorkerBench:
     # -- drain ----------------------------------------------------------------------------------
 
     def drain(self) -> dict[str, Any]:
-        from django.db.models import Max, Min
-
         from django_durable_jobs.models import Job, JobAttempt
 
         JobAttempt.objects.all().delete()  # a benchmark's own rows: start the drain from empty
@@ -327,16 +350,8 @@ class WorkerBench:
         jobs = self.args.drain_jobs
         self.insert_silently({"drain": True}, count=jobs)
         argv = ["--concurrency", str(self.args.threads), "--burst", "--poll", "0.2"]
-        worker = Worker(argv, self.tmp / "drain.log")
-        try:
-            wall = worker.wait(timeout=600)
-        finally:
-            worker.kill()
-        done = Job.objects.filter(status="complete")
-        if done.count() != jobs:
-            raise RuntimeError(f"only {done.count()} of {jobs} jobs completed")
-        span = done.aggregate(first=Min("claimed_at"), last=Max("completed_at"))
-        seconds = (span["last"] - span["first"]).total_seconds()
+        first, last, _, wall = self.burst(argv, "drain", jobs)
+        seconds = last - first
         return {
             "jobs": jobs,
             "threads": self.args.threads,
@@ -344,6 +359,53 @@ class WorkerBench:
             "jobs_per_s": jobs / seconds,
             "wall_seconds": wall,
         }
+
+    # -- async waits ----------------------------------------------------------------------------
+
+    def async_waits(self) -> dict[str, Any]:
+        from benchmarks.asyncapp.jobs import ASYNC_SLEEP  # registers it here, to submit
+        from django_durable_jobs import submit_many
+        from django_durable_jobs.models import Job, JobAttempt
+
+        jobs, seconds = self.args.async_jobs, self.args.async_seconds
+        log(f"{self.db}: {jobs} async jobs awaiting asyncio.sleep({seconds:g})")
+        JobAttempt.objects.all().delete()
+        Job.objects.all().delete()
+        for start in range(0, jobs, 10_000):
+            count = min(10_000, jobs - start)
+            submit_many(ASYNC_SLEEP, [{"seconds": seconds, "n": start + n} for n in range(count)])
+        argv = ["--burst", "--async-slots", str(jobs), "--poll", "0.2"]
+        env = {"DURABLE_JOBS_BENCH_ASYNC": "1"}
+        first, last, worker, wall = self.burst(argv, "async", jobs, env)
+        return {
+            "jobs": jobs,
+            "wait_seconds": seconds,
+            "seconds": last - first,
+            "from_spawn": last - worker.started_at,
+            "wall_seconds": wall,
+        }
+
+    def burst(
+        self, argv: list[str], name: str, jobs: int, env: dict[str, str] | None = None
+    ) -> tuple[float, float, Worker, float]:
+        """Run ``runjobs ARGV`` (``--burst``) until it exits; check that all ``jobs`` completed.
+
+        Return the first claim and the last completion (Unix time), the worker and its wall time.
+        """
+        from django.db.models import Max, Min
+
+        from django_durable_jobs.models import Job
+
+        worker = Worker(argv, self.tmp / f"{name}.log", env)
+        try:
+            wall = worker.wait(timeout=600)
+        finally:
+            worker.kill()
+        done = Job.objects.filter(status="complete")
+        if done.count() != jobs:
+            raise RuntimeError(f"{name}: only {done.count()} of {jobs} jobs completed")
+        span = done.aggregate(first=Min("claimed_at"), last=Max("completed_at"))
+        return span["first"].timestamp(), span["last"].timestamp(), worker, wall
 
     def server_version(self) -> str:
         from benchmarks.databases import server_version

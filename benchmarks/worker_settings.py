@@ -21,6 +21,8 @@ INSTALLED_APPS = [
     "django_durable_jobs",
     "benchmarks.benchapp",
 ]
+if os.environ.get("DURABLE_JOBS_BENCH_ASYNC") == "1":  # the async phase's workers only
+    INSTALLED_APPS.append("benchmarks.asyncapp")
 
 SECRET_KEY = "django-durable-jobs-worker-benchmark-not-a-secret"
 DEBUG = False  # DEBUG=True would keep every query in memory

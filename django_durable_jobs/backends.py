@@ -12,6 +12,7 @@ backend touches no database and no model: Django builds it when ``@task`` runs, 
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import django
+from asgiref.sync import sync_to_async
 
 try:
     from django.tasks import TaskContext, TaskResult, TaskResultStatus
@@ -347,32 +349,65 @@ def _errors_of(job: Any, attempts: list) -> list[TaskError]:
 
 
 def _executor_of(task: Task) -> Callable[[Any, Any], Any]:
-    """Return the executor that runs ``task`` for a worker: ``executor(ctx, payload)``."""
+    """Return the executor that runs ``task`` for a worker: ``executor(ctx, payload)``.
+
+    For an ``async def`` task it is a coroutine function, which a worker runs on its event loop
+    (``runjobs --async-slots``); the result's read and the signals run in a thread.
+    """
+    if inspect.iscoroutinefunction(task.func):
+
+        async def run_async(ctx: Any, payload: Any) -> Any:
+            result = await sync_to_async(_task_started)(task, ctx)
+            try:
+                args, kwargs = _call_args(task, result, payload)
+                value = _returned(await task.func(*args, **kwargs))
+            except BaseException:
+                await sync_to_async(_task_finished)(task, result, failed=True)
+                raise
+            await sync_to_async(_task_finished)(task, result, value=value)
+            return value
+
+        return run_async
 
     def run(ctx: Any, payload: Any) -> Any:
-        backend = task.get_backend()
-        result = backend.get_result(ctx.job_id)
-        object.__setattr__(result, "status", TaskResultStatus.RUNNING)
-        task_started.send(type(backend), task_result=result)
-        args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+        result = _task_started(task, ctx)
+        args, kwargs = _call_args(task, result, payload)
         try:
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
-            value = _returned(value)
+            value = _returned(task.call(*args, **kwargs))
         except BaseException:
-            object.__setattr__(result, "status", TaskResultStatus.FAILED)
-            object.__setattr__(result, "finished_at", timezone.now())
-            task_finished.send(type(backend), task_result=result)
+            _task_finished(task, result, failed=True)
             raise
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-        object.__setattr__(result, "finished_at", timezone.now())
-        object.__setattr__(result, "_return_value", value)
-        task_finished.send(type(backend), task_result=result)
+        _task_finished(task, result, value=value)
         return value
 
     return run
+
+
+def _task_started(task: Task, ctx: Any) -> TaskResult:
+    """Return the running task's result (status ``RUNNING``), ``task_started`` sent."""
+    backend = task.get_backend()
+    result = backend.get_result(ctx.job_id)
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    task_started.send(type(backend), task_result=result)
+    return result
+
+
+def _call_args(task: Task, result: TaskResult, payload: Any) -> tuple[list, dict]:
+    """Return the arguments to call ``task.func`` with: a ``TaskContext`` first if it takes one."""
+    args, kwargs = list(payload.get("args", [])), payload.get("kwargs", {})
+    if task.takes_context:
+        args.insert(0, TaskContext(task_result=result))
+    return args, kwargs
+
+
+def _task_finished(task: Task, result: TaskResult, *, failed: bool = False, value: Any = None):
+    """Mark ``result`` ended (its value kept when it succeeded) and send ``task_finished``."""
+    status = TaskResultStatus.FAILED if failed else TaskResultStatus.SUCCESSFUL
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+    if not failed:
+        object.__setattr__(result, "_return_value", value)
+    task_finished.send(type(task.get_backend()), task_result=result)
 
 
 def _returned(value: Any) -> Any:

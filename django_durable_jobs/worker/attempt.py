@@ -12,11 +12,15 @@ lease holds: a lost lease writes nothing, and the report says ``lease-lost``.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import async_to_sync
 
 from ..observability import tracing
 from ..rules import registry
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 
 Executor = Callable[[JobContext], Any]
+AsyncExecutor = Callable[[JobContext], Awaitable[Any]]
 
 
 def context_of(
@@ -61,7 +66,8 @@ def context_of(
 def registered_executor(operation: str) -> Executor:
     """Return the executor of ``operation``: its registered function, given ``ctx.payload``.
 
-    An operation this process does not know runs as a failure that says so.
+    An operation this process does not know runs as a failure that says so. An ``async def``
+    operation run in a thread runs to its end in an event loop of its own (``async_to_sync``).
     """
     spec = registry.get(operation)
     if spec is None:
@@ -70,6 +76,23 @@ def registered_executor(operation: str) -> Executor:
             f"@operation and restart, or request a retry."
         )
         return _raiser(LookupError(unknown))
+    if inspect.iscoroutinefunction(spec.func):
+        in_a_loop = async_to_sync(spec.func)
+        return lambda ctx: in_a_loop(ctx, ctx.payload)
+    return lambda ctx: spec.func(ctx, ctx.payload)
+
+
+def runs_on_loop(operation: str) -> bool:
+    """Return True when ``operation``'s function is a coroutine function (``async def``)."""
+    spec = registry.get(operation)
+    return spec is not None and inspect.iscoroutinefunction(spec.func)
+
+
+def registered_coroutine(operation: str) -> AsyncExecutor:
+    """Return the executor of the ``async def`` operation ``operation``, for the event loop."""
+    spec = registry.get(operation)
+    if spec is None or not inspect.iscoroutinefunction(spec.func):
+        raise LookupError(f"{operation!r} is not a registered async operation")
     return lambda ctx: spec.func(ctx, ctx.payload)
 
 
@@ -81,6 +104,18 @@ def run(ctx: JobContext, executor: Executor) -> Outcome | None:
     """
     with tracing.consumer(ctx._job) as span:
         outcome, raised = _call(executor, ctx)
+        span.ended(_traced(outcome, raised), raised, lease_lost=ctx.lease_lost)
+    return outcome
+
+
+async def run_on_loop(ctx: JobContext, executor: AsyncExecutor) -> Outcome | None:
+    """Await ``executor(ctx)`` on the event loop; return the outcome as :func:`run` does.
+
+    A ``CancelledError`` (its task was cancelled: a cancellation request, a lost lease, the
+    timeout, a second signal) ends it as ``JobCancelled`` does.
+    """
+    with tracing.consumer(ctx._job) as span:
+        outcome, raised = await _await(executor, ctx)
         span.ended(_traced(outcome, raised), raised, lease_lost=ctx.lease_lost)
     return outcome
 
@@ -150,13 +185,35 @@ def _call(executor: Executor, ctx: JobContext) -> tuple[Outcome | None, Exceptio
     """
     try:
         value = executor(ctx)
-    except Slept:
+    except BaseException as exc:  # noqa: BLE001 - sorted by _raised, which re-raises the rest
+        return _raised(ctx, exc)
+    return _returned(ctx, value)
+
+
+async def _await(
+    executor: AsyncExecutor, ctx: JobContext
+) -> tuple[Outcome | None, Exception | None]:
+    """Await ``executor(ctx)``; return what :func:`_call` returns for a function."""
+    try:
+        value = await executor(ctx)
+    except BaseException as exc:  # noqa: BLE001 - sorted by _raised, which re-raises the rest
+        return _raised(ctx, exc)
+    return _returned(ctx, value)
+
+
+def _raised(ctx: JobContext, exc: BaseException) -> tuple[Outcome | None, Exception | None]:
+    """Return the outcome of an executor that raised ``exc``; re-raise what is not the job's."""
+    if isinstance(exc, Slept):
         return None, None  # ctx.sleep() ended the attempt itself
-    except JobCancelled:
+    if isinstance(exc, (JobCancelled, asyncio.CancelledError)):
         return Outcome.stopped(ctx.lease), None
-    except Exception as exc:  # noqa: BLE001 - any crash of the executor is the job's failure
-        raised = _from_job_code(exc)  # logged with its traceback at the end
-        return Outcome.of_error(ctx.lease, raised), raised
+    if not isinstance(exc, Exception):
+        raise exc  # SystemExit, KeyboardInterrupt: not the job's failure
+    raised = _from_job_code(exc)  # logged with its traceback at the end
+    return Outcome.of_error(ctx.lease, raised), raised
+
+
+def _returned(ctx: JobContext, value: Any) -> tuple[Outcome | None, None]:
     if ctx.completed:
         return None, None
     return Outcome.of_result(ctx.lease, value), None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
 
 from .. import metrics
 from ..rules import validation
@@ -135,6 +138,41 @@ class JobContext:
         receipt = self._fenced("complete_atomically", attempt)
         self.completed = True
         return receipt
+
+    # -- from an ``async def`` operation (docs/worker.md#async-operations) ----------------------
+    # The same fenced writes, awaited: each runs in a thread (``sync_to_async``), as Django's
+    # database calls must outside a running event loop.
+
+    async def acheckpoint(self, value: Any) -> None:
+        """:meth:`checkpoint`, awaited."""
+        await sync_to_async(self.checkpoint)(value)
+
+    async def aprogress(self, percent: float) -> None:
+        """:meth:`progress`, awaited."""
+        await sync_to_async(self.progress)(percent)
+
+    async def acomplete_atomically(self, mutation: Callable[[Execution], str]) -> str:
+        """:meth:`complete_atomically`, awaited; ``mutation`` runs in the thread, not the loop."""
+        return await sync_to_async(self.complete_atomically)(mutation)
+
+    async def asleep(self, delay: float | timedelta) -> None:
+        """:meth:`sleep`, awaited: nothing after it runs."""
+        await sync_to_async(self.sleep)(delay)
+
+    async def aupstream(self) -> dict[str, Any]:
+        """:meth:`upstream`, awaited."""
+        return await sync_to_async(self.upstream)()
+
+    async def astep(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """:meth:`step`, awaited; ``fn`` may be an ``async def`` function (it is awaited)."""
+        position, recorded = await sync_to_async(self._next_step)(name)
+        if recorded is None:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            recorded = await sync_to_async(self._record_step)(position, name, value=value)
+        self._ran.append(name)
+        return loads_strict(recorded)
 
     # -- steps, sleep and upstream results (docs/workflows.md) --------------------------------
 

@@ -39,6 +39,7 @@ class Holdings:
         self.lock = threading.Lock()
         self.held: dict[tuple, Held] = {}
         self.counts: Counter[HeldState] = Counter()  # held claims by state
+        self.loop_counts: Counter[HeldState] = Counter()  # ... of them, those on the event loop
 
     def __len__(self) -> int:
         return len(self.held)
@@ -57,12 +58,12 @@ class Holdings:
     def add(self, entry: Held) -> None:
         """Hold ``entry`` (call with the lock held)."""
         self.held[key(entry.lease)] = entry
-        self.counts[entry.state] += 1
+        self._count(entry, entry.state, 1)
 
     def move(self, entry: Held, state: HeldState) -> None:
         """Change ``entry``'s state (call with the lock held)."""
-        self.counts[entry.state] -= 1
-        self.counts[state] += 1
+        self._count(entry, entry.state, -1)
+        self._count(entry, state, 1)
         entry.state = state
 
     def finish(self, entry: Held, report: AttemptReport | None) -> None:
@@ -72,10 +73,15 @@ class Holdings:
         """
         if self.held.get(key(entry.lease)) is entry:
             del self.held[key(entry.lease)]
-        self.counts[entry.state] -= 1
+        self._count(entry, entry.state, -1)
         entry.state = HeldState.DONE
         entry.report = report
         entry.done.set()
+
+    def _count(self, entry: Held, state: HeldState, change: int) -> None:
+        self.counts[state] += change
+        if entry.on_loop:
+            self.loop_counts[state] += change
 
     def renew(self) -> int | None:
         """Renew every held lease in one statement; tell the executors what the rows say.

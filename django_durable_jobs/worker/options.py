@@ -24,6 +24,7 @@ from .scheduler import declared, refusal
 CONCURRENCY = (1, 1000)
 PREFETCH = (0, 10_000)
 PROCESSES = (1, 256)
+ASYNC_SLOTS = (0, 10_000)
 MAX_JOBS = (1, 1_000_000_000)
 LEASE_SECONDS = (0.1, 86_400.0)
 POLL_SECONDS = (0.01, 3_600.0)
@@ -32,6 +33,7 @@ GRACE_SECONDS = (0.0, 86_400.0)
 TIMEOUT_GRACE = 5.0  # seconds a timed-out executor gets to stop before it is abandoned
 
 __all__ = [
+    "ASYNC_SLOTS",
     "CONCURRENCY",
     "GRACE_SECONDS",
     "LEASE_SECONDS",
@@ -57,6 +59,9 @@ class WorkerOptions:
 
     concurrency: int = 4
     prefetch: int | None = None  # claimed jobs waiting for a job thread; None: grows (pace.py)
+    # Attempts of ``async def`` operations running at once on the event loop (eventloop.py);
+    # 0 runs them in the job threads, each to its end in a loop of its own.
+    async_slots: int = 100
     operations: list[str] | None = None
     queues: list[str] | None = None
     lease_seconds: float = 30.0
@@ -84,6 +89,7 @@ def check(options: WorkerOptions) -> None:
     whole(options.concurrency, "--concurrency", CONCURRENCY)
     if options.prefetch is not None:
         whole(options.prefetch, "--prefetch", PREFETCH)
+    whole(options.async_slots, "--async-slots", ASYNC_SLOTS)
     seconds(options.lease_seconds, "--lease-seconds", LEASE_SECONDS)
     seconds(options.poll, "--poll", POLL_SECONDS)
     if options.watch is not None:

@@ -2,7 +2,8 @@
 
 Its roles, each a collaborator given what it acts on: the fetch loop here (the producer, ``run``)
 claims into a prefetch buffer, never more than the job threads and the buffer have room for;
-job threads run what it holds (``_run_attempt``, with the rules of ``attempt.py``); the
+job threads run what it holds (``_run_attempt``, with the rules of ``attempt.py``), and the
+event loop (``eventloop.py``) the attempts of ``async def`` operations (``_attempt_on_loop``); the
 completer (``completer.py``) writes outcomes in batches; the heartbeat (``heartbeat.py``) renews
 every held lease at once (``holdings.py``); the timeouts (``timeouts.py``, the rescuer) cancel
 and abandon attempts past their operation's timeout; the listener (``listener.py``) wakes the
@@ -12,6 +13,7 @@ ticks; the shutdown (``shutdown.py``) stops it all gracefully.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -22,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
@@ -32,11 +35,21 @@ from ..rules import registry
 from ..rules.conf import jobs_settings
 from ..rules.values import Claimed, Outcome
 from ..store import DurableJobStore, Lease
-from .attempt import context_of, ended_itself, registered_executor, run, stopped_by_lost_lease
+from .attempt import (
+    context_of,
+    ended_itself,
+    registered_coroutine,
+    registered_executor,
+    run,
+    run_on_loop,
+    runs_on_loop,
+    stopped_by_lost_lease,
+)
 from .clock import ClockCheck
 from .clock import describe as describe_skew
 from .completer import FLUSH_MAX, Completer, Finished
 from .connections import close_thread_connections, reset_broken_connections
+from .eventloop import EventLoop
 from .heartbeat import Heartbeat
 from .held import Held, HeldState
 from .holdings import Holdings
@@ -50,6 +63,9 @@ from .startup import until_reachable, wait_for_database
 from .timeouts import Timeouts
 from .unregistered import UnregisteredWatch
 from .watch import SubmissionWatch
+
+if TYPE_CHECKING:
+    from .context import JobContext
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -78,6 +94,12 @@ class Worker:
         # Only claim what this process can run: jobs of operations registered elsewhere (another
         # deployment, a newer release) stay pending for a worker that knows them.
         self.operations = options.operations or sorted(registry.all_operations())
+        # ``async def`` operations run on the event loop, the rest in the job threads; each side
+        # is claimed for with its own room (``_budgets``).
+        on_loop = [op for op in self.operations if runs_on_loop(op)] if options.async_slots else []
+        self.loop_operations = on_loop
+        self.thread_operations = [op for op in self.operations if op not in on_loop]
+        self.loop = EventLoop() if on_loop else None
         self.prefetch = options.concurrency if options.prefetch is None else options.prefetch
         self.pace = Pace(options.concurrency, options.prefetch)  # grows the buffer for short jobs
         self.report = report or (lambda line: None)
@@ -153,6 +175,8 @@ class Worker:
         self.heartbeat.start()
         self.completer.start()
         self.timeouts.start()
+        if self.loop is not None:
+            self.loop.start()
         for _ in range(self.options.concurrency):
             self._start_job_thread()
         actor = printable(self.store.actor, keep_newlines=False)
@@ -172,6 +196,8 @@ class Worker:
             self.heartbeat.stop()
             for _ in range(self.options.concurrency):
                 self.buffer.put(None)  # idle job threads exit; busy ones die with the process
+            if self.loop is not None:
+                self.loop.stop(timeout=self.options.lease_seconds)
             self.completer.stop()
             self.completer.join(timeout=self.options.lease_seconds)
             self.heartbeat.join(timeout=self.options.lease_seconds)
@@ -243,39 +269,69 @@ class Worker:
 
     def _claim_budget(self) -> int:
         """Return how many jobs to claim now: free slots plus the prefetch buffer's room."""
-        counts = self.holdings.counts
+        return sum(limit for _, limit in self._budgets())
+
+    def _budgets(self) -> list[tuple[list[str], int]]:
+        """Return, for the job threads and for the event loop, their operations and how many
+        jobs of them to claim now: free slots plus (for the threads) the prefetch buffer's room.
+        """
+        counts, loop = self.holdings.counts, self.holdings.loop_counts
         with self.holdings.lock:
-            buffered, running = counts[HeldState.BUFFERED], counts[HeldState.RUNNING]
             finishing = counts[HeldState.FINISHING]
-        in_hand = buffered + running
-        capacity = self.options.concurrency + self.prefetch
-        free = capacity - in_hand
-        if finishing >= FLUSH_MAX:  # the completer is behind: let it catch up first
-            free = 0
-        elif buffered and free < capacity // 2:
-            free = 0  # work is still buffered: wait for room for a fuller batch
-        if self.options.max_jobs is not None:
-            free = min(free, self.options.max_jobs - self.claimed)
-        return max(free, 0)
+            buffered = counts[HeldState.BUFFERED] - loop[HeldState.BUFFERED]
+            in_threads = buffered + counts[HeldState.RUNNING] - loop[HeldState.RUNNING]
+            on_loop = loop[HeldState.BUFFERED] + loop[HeldState.RUNNING]
+        left = None if self.options.max_jobs is None else self.options.max_jobs - self.claimed
+        sides = []
+        if self.loop_operations:
+            sides.append((self.loop_operations, self.options.async_slots, on_loop, 0))
+        if self.thread_operations or not self.loop_operations:  # a worker of none asks too
+            capacity = self.options.concurrency + self.prefetch
+            sides.append((self.thread_operations, capacity, in_threads, buffered))
+        budgets = []
+        for operations, capacity, in_hand, waiting in sides:
+            free = capacity - in_hand
+            if finishing >= FLUSH_MAX:  # the completer is behind: let it catch up first
+                free = 0
+            elif waiting and free < capacity // 2:
+                free = 0  # work is still buffered: wait for room for a fuller batch
+            if left is not None:  # each side may take what is left: _claim counts as it goes
+                free = min(free, left)
+            budgets.append((operations, max(free, 0)))
+        return budgets
 
     def _claim(self) -> list[Claimed] | None:
-        limit = self._claim_budget()
-        if limit == 0:
+        budgets = self._budgets()
+        if not any(limit for _, limit in budgets):
             self.drained = False
             return []
         if not self.clock_check.allows_claims():  # logged; back off as for an unavailable database
             return None
-        claimed = self._claim_held(self.operations, limit)
-        if claimed is None:
-            return None
-        self.drained = len(claimed) < limit  # nothing more claimable just now
-        if not self.drained and not self.stopping.is_set():  # more of a backlog of short jobs
-            short, more = self._short_room()
-            if more > 0:
-                # In the same turn: from the scope the first claim served, so that with two
-                # scopes the large claims do not all go to the one the small ones skip.
-                claimed += self._claim_held(short, more, same_turn=True) or []
+        claimed: list[Claimed] = []
+        self.drained = True  # nothing more claimable just now, unless a side got all it asked
+        for operations, limit in budgets:
+            if self.options.max_jobs is not None:  # less what the other side just claimed
+                limit = min(limit, self.options.max_jobs - self.claimed)
+            if limit <= 0:
+                continue
+            got = self._claim_held(operations, limit)
+            if got is None:
+                return None
+            claimed += got
+            if len(got) == limit:
+                self.drained = False
+                if operations is self.thread_operations and not self.stopping.is_set():
+                    claimed += self._claim_short()  # more of a backlog of short jobs
         return claimed
+
+    def _claim_short(self) -> list[Claimed]:
+        """Claim more of the operations seen to run short, as ``pace`` holds for them."""
+        short, more = self._short_room()
+        if more <= 0:
+            return []
+        # In the same turn: from the scope the first claim served, so that with two scopes the
+        # large claims do not all go to the one the small ones skip.
+        return self._claim_held(short, more, same_turn=True) or []
 
     def _claim_held(
         self, operations: list[str], limit: int, *, same_turn: bool = False
@@ -301,10 +357,11 @@ class Worker:
     def _short_room(self) -> tuple[list[str], int]:
         """Return the operations seen to run short and how many more of them to claim now
         (``pace.py``): what ``pace`` holds for them beyond the jobs in hand."""
-        short, hold = self.pace.short(self.operations)
+        short, hold = self.pace.short(self.thread_operations)
         with self.holdings.lock:
-            counts = self.holdings.counts
-            more = hold - counts[HeldState.BUFFERED] - counts[HeldState.RUNNING]
+            counts, loop = self.holdings.counts, self.holdings.loop_counts
+            in_threads = sum(counts[s] - loop[s] for s in (HeldState.BUFFERED, HeldState.RUNNING))
+            more = hold - in_threads
         if self.options.max_jobs is not None:
             more = min(more, self.options.max_jobs - self.claimed)
         return short, more
@@ -312,25 +369,32 @@ class Worker:
     # -- one job ---------------------------------------------------------------------------------
 
     def _hold(self, claim: Claimed) -> None:
-        """Buffer ``claim`` for the next free job thread.
+        """Buffer ``claim`` for the next free job thread, or start it on the event loop.
 
         No database work here: were the database to drop now, an exception would leave the
         rest of the claimed batch unbuffered, holding leases nobody runs.
         """
-        entry = Held(claim)
+        entry = Held(claim, on_loop=claim.job.operation in self.loop_operations)
         with self.holdings.lock:
             self.holdings.add(entry)
             self.claimed += 1
         metrics.claimed(claim.job.operation)
-        self.buffer.put(entry)
+        if entry.on_loop:
+            self.loop.spawn(lambda: self._attempt_on_loop(entry))
+        else:
+            self.buffer.put(entry)
 
     def _start_job_thread(self) -> None:
         name = f"durable-jobs-{next(self.thread_numbers)}"
         threading.Thread(target=self._job_thread, name=name, daemon=True).start()
 
-    def _replace_job_thread(self) -> None:
-        """Start a job thread in an abandoned one's place, unless the worker stopped."""
-        if not self.stopped.is_set():
+    def _replace_job_thread(self, entry: Held) -> None:
+        """Start a job thread in the place of ``entry``'s, abandoned, unless the worker stopped.
+
+        An abandoned task of the event loop needs no replacement: its slot is free once its
+        failure is recorded, and the loop runs other tasks while it waits.
+        """
+        if not self.stopped.is_set() and not entry.on_loop:
             self._start_job_thread()
 
     def _job_thread(self) -> None:
@@ -352,8 +416,34 @@ class Worker:
 
     def _run_attempt(self, entry: Held) -> bool:
         """Run ``entry``'s attempt and hand its outcome over; False if it was abandoned meanwhile."""
-        lease = entry.lease
-        job = entry.claim.job
+        self._started(entry)
+        try:
+            entry.ctx = self._context(entry)
+            outcome = run(entry.ctx, registered_executor(entry.claim.job.operation))
+        except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
+            outcome = self._not_run(entry, exc)
+        return self._ended(entry, outcome)
+
+    async def _attempt_on_loop(self, entry: Held) -> None:
+        """Run ``entry``'s attempt as a task of the event loop, as ``_run_attempt`` does in a
+        thread; whatever sets ``ctx.cancelled`` cancels the task."""
+        with self.holdings.lock:
+            if self.shutdown.set_aside(entry):  # never started: the fetch loop releases it
+                return
+            self.holdings.move(entry, HeldState.RUNNING)
+        task = asyncio.current_task()
+        entry.cancel.on_set(lambda: self.loop.cancel(task))
+        self._started(entry)
+        try:
+            entry.ctx = self._context(entry)
+            outcome = await run_on_loop(entry.ctx, registered_coroutine(entry.claim.job.operation))
+        except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
+            outcome = self._not_run(entry, exc)
+        self._ended(entry, outcome)
+
+    def _started(self, entry: Held) -> None:
+        """Note that ``entry``'s attempt starts now: logged, watched for its timeout, counted."""
+        lease, job = entry.lease, entry.claim.job
         logger.debug(
             "job %s %s attempt=%s epoch=%s started",
             lease.job_id,
@@ -364,17 +454,23 @@ class Worker:
         spec = registry.get(job.operation)
         self.timeouts.watch(entry, spec.timeout if spec else None)
         metrics.attempt_started(job, self.store.clock)
-        try:
-            entry.ctx = context_of(
-                self.store,
-                entry.claim,
-                entry.cancel,
-                retry_until=lambda: self._lease_may_be_alive(lease),
-            )
-            outcome = run(entry.ctx, registered_executor(job.operation))
-        except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
-            logger.exception("job %s could not be run", lease.job_id)
-            outcome = Outcome.of_error(lease, exc)
+
+    def _context(self, entry: Held) -> JobContext:
+        lease = entry.lease
+        return context_of(
+            self.store,
+            entry.claim,
+            entry.cancel,
+            retry_until=lambda: self._lease_may_be_alive(lease),
+        )
+
+    def _not_run(self, entry: Held, exc: Exception) -> Outcome:
+        logger.exception("job %s could not be run", entry.lease.job_id)
+        return Outcome.of_error(entry.lease, exc)
+
+    def _ended(self, entry: Held, outcome: Outcome | None) -> bool:
+        """Hand ``entry``'s outcome over; return False if it was abandoned meanwhile."""
+        job = entry.claim.job
         outcome = self.timeouts.timed_out(entry, outcome)
         duration = time.monotonic() - entry.started
         self.pace.ran(job.operation, duration)

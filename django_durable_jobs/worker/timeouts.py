@@ -55,7 +55,7 @@ class Timeouts:
 
     Given what it acts on: the worker's ``holdings`` (whose lock guards the counts here too),
     ``fail`` (hands an abandoned attempt's failure to the completer), ``replace_thread`` (starts
-    a job thread in an abandoned one's place) and ``wake`` (the fetch loop's event). It counts
+    a job thread in the place of an abandoned entry's) and ``wake`` (the fetch loop's event). It counts
     the job threads given up on (``abandoned``) and those whose executors still run
     (``abandoned_running``).
     """
@@ -66,7 +66,7 @@ class Timeouts:
         holdings: Holdings | None,
         *,
         fail: Callable[[Finished], object],
-        replace_thread: Callable[[], object],
+        replace_thread: Callable[[Held], object],
         wake: threading.Event,
     ) -> None:
         self.grace = grace
@@ -152,7 +152,7 @@ class Timeouts:
         message = timeout_message(entry.timeout, grace=self.grace)
         duration = time.monotonic() - entry.started
         self.fail(Finished(entry, Outcome.failed(entry.lease, message), duration))
-        self.replace_thread()
+        self.replace_thread(entry)
         self.wake.set()
 
     def discard(self, entry: Held, duration: float) -> None:

@@ -67,6 +67,8 @@ RUNJOBS_CASES = [
     (["--concurrency", "-3"], "--concurrency", "got -3"),
     (["--prefetch", "-1"], "--prefetch", "0 to 10,000"),
     (["--prefetch", HUGE], "--prefetch", "0 to 10,000"),
+    (["--async-slots", "-1"], "--async-slots", "0 to 10,000"),
+    (["--async-slots", "10001"], "--async-slots", "0 to 10,000"),
     (["--processes", "0"], "--processes", "1 to 256"),
     (["--processes", "-2"], "--processes", "1 to 256"),
     (["--processes", HUGE], "--processes", "1 to 256"),

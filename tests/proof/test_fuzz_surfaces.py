@@ -653,6 +653,7 @@ def rows_by_id() -> dict[str, str]:
 RUNJOBS_OPTIONS = {
     "--concurrency": (st.integers(1, 1000), st.one_of(fz.integers(), st.just("x"))),
     "--prefetch": (st.integers(0, 10_000), fz.integers()),
+    "--async-slots": (st.integers(0, 10_000), fz.integers()),
     "--processes": (st.integers(1, 256), fz.integers()),
     "--restart-delay": (st.floats(0, 60), fz.floats()),
     "--crash-loop-deaths": (st.integers(1, 1000), fz.integers()),

@@ -7,6 +7,7 @@ watches from outside writes a marker file into ``folder``.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,13 @@ def add(a, b):
 async def async_double(x):
     await asyncio.sleep(0)
     return 2 * x
+
+
+@task
+async def where_async():
+    """Return the name of the thread the coroutine ran in."""
+    await asyncio.sleep(0)
+    return threading.current_thread().name
 
 
 @task(takes_context=True)

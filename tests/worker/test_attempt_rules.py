@@ -10,6 +10,7 @@ deprecated alias of the words ``AttemptOutcomeChoice`` and ``Unwritten`` now car
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from types import SimpleNamespace
@@ -53,6 +54,36 @@ def test_each_way_an_executor_ends_maps_to_one_outcome():
     refused = _ended(lambda ctx: object())
     assert refused.status == AttemptOutcomeChoice.FAILED
     assert refused.error.startswith("The executor's result was refused: ")
+
+
+def _awaited(coroutine_function) -> Outcome | None:
+    """Return the outcome an ``async def`` executor ends with, as the event loop's task does."""
+    ctx = SimpleNamespace(lease=LEASE, completed=False)
+    outcome, _ = asyncio.run(attempt._await(coroutine_function, ctx))
+    return outcome
+
+
+def test_an_async_executor_ends_as_a_function_does_and_cancelled_error_as_job_cancelled():
+    async def returns(ctx):
+        await asyncio.sleep(0)
+        return {"b": 1, "a": [1]}
+
+    async def raises(error: BaseException):
+        await asyncio.sleep(0)
+        raise error
+
+    async def cancelled(ctx):
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)  # CancelledError here, at the next await
+
+    assert _awaited(returns) == Outcome.completed(LEASE, '{"a":[1],"b":1}')
+    assert _awaited(cancelled) == Outcome.stopped(LEASE)
+    assert _awaited(lambda ctx: raises(JobCancelled())) == Outcome.stopped(LEASE)
+    assert _awaited(lambda ctx: raises(ValueError("bad"))) == Outcome.failed(
+        LEASE, "ValueError: bad"
+    )
+    with pytest.raises(KeyboardInterrupt):  # not the job's failure: it goes on up
+        _awaited(lambda ctx: raises(KeyboardInterrupt()))
 
 
 def test_the_written_ends_are_the_attempt_historys_words():

@@ -22,7 +22,7 @@ from django_durable_jobs.models import Job
 from django_durable_jobs.rules.vocabulary import AttemptOutcomeChoice
 from django_durable_jobs.worker.attempt import context_of
 from django_durable_jobs.worker.heartbeat import Heartbeat
-from django_durable_jobs.worker.held import Held, HeldState
+from django_durable_jobs.worker.held import CancelEvent, Held, HeldState
 from django_durable_jobs.worker.holdings import Holdings
 from django_durable_jobs.worker.reports import AttemptReport
 from tests.support import LEASE, submission
@@ -172,3 +172,48 @@ def test_a_heartbeat_beats_between_start_and_stop_and_starts_again():
     heartbeat.stop()
     heartbeat.join(WAIT)
     assert not heartbeat.thread.is_alive()
+
+
+def test_setting_the_cancel_event_calls_what_was_registered_once():
+    # An attempt on the event loop registers its task's cancellation: it must run once however
+    # many times (and from however many threads) the event is set, and at once when it already is.
+    event = CancelEvent()
+    calls: list[str] = []
+    event.on_set(lambda: calls.append("task"))
+    assert calls == []
+    setters = [threading.Thread(target=event.set) for _ in range(8)]
+    for setter in setters:
+        setter.start()
+    for setter in setters:
+        setter.join()
+    assert event.is_set() and calls == ["task"]
+    event.on_set(lambda: calls.append("late"))  # registered after: called now
+    event.set()
+    assert calls == ["task", "late"]
+
+
+def test_the_claims_on_the_event_loop_are_counted_apart(store):
+    # The worker claims for its job threads and its event loop apart (Worker._budgets).
+    for n in range(2):
+        store.defer(OP, submission({"n": n}, key=f"{OP}-{n}"))
+    holdings = Holdings(store)
+    in_thread, on_loop = (
+        Held(claim, on_loop=loop)
+        for claim, loop in zip(store.claim_batch(limit=2), (False, True), strict=True)
+    )
+    with holdings.lock:
+        holdings.add(in_thread)
+        holdings.add(on_loop)
+        assert (holdings.counts[HeldState.BUFFERED], holdings.loop_counts[HeldState.BUFFERED]) == (
+            2,
+            1,
+        )
+        holdings.move(on_loop, HeldState.RUNNING)
+        holdings.move(in_thread, HeldState.RUNNING)
+        assert (holdings.counts[HeldState.RUNNING], holdings.loop_counts[HeldState.RUNNING]) == (
+            2,
+            1,
+        )
+        holdings.finish(on_loop, None)
+        assert sum(holdings.loop_counts.values()) == 0
+        assert holdings.counts[HeldState.RUNNING] == 1

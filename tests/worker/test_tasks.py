@@ -46,6 +46,21 @@ def test_sync_async_and_context_tasks_run_and_return_their_values(workers):
     assert with_context.return_value == {"attempt": 1, "id": with_context.id, "note": "hello"}
 
 
+@pytest.mark.parametrize(
+    ("slots", "on_loop"), [("100", True), ("0", False)], ids=["event-loop", "threads"]
+)
+def test_an_async_task_runs_on_the_worker_s_event_loop_unless_async_slots_is_0(
+    workers, slots, on_loop
+):
+    result = tasks.where_async.enqueue()
+    code, _ = workers.run("--burst", "--async-slots", slots)
+    assert code == 0
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    # With no slots it runs to its end in an event loop of its own, in another thread.
+    assert (result.return_value == "durable-jobs-loop") is on_loop, result.return_value
+
+
 def test_a_task_that_raises_fails_with_its_class_path_and_traceback(workers):
     result = tasks.explode.enqueue("boom")
     code, _ = workers.run("--burst")

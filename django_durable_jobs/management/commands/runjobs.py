@@ -73,6 +73,13 @@ class Command(BaseCommand):
             "growing up to 100 jobs held for operations seen to run in 5 ms or less)",
         )
         parser.add_argument(
+            "--async-slots",
+            type=int,
+            default=100,
+            help="attempts of async def operations run at once on the worker's event loop, "
+            "0-10000 (default 100); 0 runs them in the job threads",
+        )
+        parser.add_argument(
             "--processes",
             type=int,
             default=1,
@@ -237,6 +244,7 @@ def _worker_options(options: dict) -> WorkerOptions:
         worker_options = WorkerOptions(
             concurrency=options["concurrency"],
             prefetch=options["prefetch"],
+            async_slots=options["async_slots"],
             operations=options["operations"],
             queues=options["queues"],
             lease_seconds=lease_seconds,

@@ -5,10 +5,10 @@ Importing this module registers nothing: the app's ``ready()`` does, in the work
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from django_durable_jobs.rules import registry
+from tests import registering
 
 CAPPED = "limited.capped"  # max_running=3
 KEYED = "limited.keyed"  # one running per payload["key"]
@@ -32,12 +32,6 @@ def register() -> None:
     registry.operation(RATED, rate_limit=f"{RATE}/s")(noop)
 
 
-@contextmanager
-def registered() -> Iterator[None]:
+def registered() -> AbstractContextManager[None]:
     """Register the operations for a block of a test, then unregister them."""
-    register()
-    try:
-        yield
-    finally:
-        for name in (CAPPED, KEYED, RATED):
-            registry.unregister(name)
+    return registering.registered(register, (CAPPED, KEYED, RATED))

@@ -437,7 +437,8 @@ class Worker:
         try:
             entry.ctx = self._context(entry)
             outcome = await run_on_loop(entry.ctx, registered_coroutine(entry.claim.job.operation))
-        except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
+        except BaseException as exc:  # noqa: BLE001 - a context that could not be built, or a
+            # SystemExit of the job's: raised on, it would stop the loop of every async job
             outcome = self._not_run(entry, exc)
         self._ended(entry, outcome)
 
@@ -464,7 +465,7 @@ class Worker:
             retry_until=lambda: self._lease_may_be_alive(lease),
         )
 
-    def _not_run(self, entry: Held, exc: Exception) -> Outcome:
+    def _not_run(self, entry: Held, exc: BaseException) -> Outcome:
         logger.exception("job %s could not be run", entry.lease.job_id)
         return Outcome.of_error(entry.lease, exc)
 

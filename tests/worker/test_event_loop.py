@@ -22,10 +22,11 @@ from datetime import timedelta
 import pytest
 
 from django_durable_jobs import submit, submit_many
-from django_durable_jobs.models import Job, JobAttempt, JobStatus
+from django_durable_jobs.models import Job, JobAttempt, JobStatus, JobStep
 from django_durable_jobs.rules.vocabulary import Ownership
 from django_durable_jobs.store import DurableJobStore
 from tests.support import db_state, wait_for
+from tests.testapp.models import DomainRow
 from tests.worker.asyncops import ops
 from tests.worker_support import WorkerPool, attempts, checkpoint_done, job, marker
 
@@ -44,7 +45,9 @@ def workers(transactional_db, db_settings_env, tmp_path):
 
 def _ended(job_id) -> Job | None:
     row = job(job_id)
-    return row if row.status not in (JobStatus.PENDING, JobStatus.RUNNING) else None
+    return (
+        row if row.status in (JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.CANCELLED) else None
+    )
 
 
 def most_at_once(results: list[dict]) -> int:
@@ -96,6 +99,44 @@ def test_a_cancellation_request_arrives_as_cancelled_error_at_the_next_await(wor
     assert marker(tmp_path, f"cancelled-{job_id}") is not None  # its except CancelledError ran
     assert attempts(job_id) == [("cancelled", 1, owner)]
     worker.wait_for_log(f"job {job_id} {ops.WAIT} attempt=1 epoch=1 outcome=cancelled")
+
+
+def test_the_awaitable_writes_of_ctx_record_steps_progress_a_sleep_and_a_completion(
+    workers, tmp_path
+):
+    job_id = submit(ops.WRITES, {"markers": str(tmp_path)}).pk
+    worker = workers.start("--concurrency", "1")
+    done = wait_for(
+        lambda: job(job_id).status == JobStatus.COMPLETE and job(job_id),
+        "the job to sleep, then complete",
+        diagnose=lambda: f"{job(job_id).status} {job(job_id).error}\n{worker.logs()}",
+    )
+    assert json.loads(done.result) == {"steps": [1, 2], "epoch": 2}
+    assert [(o, e) for o, e, _ in attempts(job_id)] == [("slept", 1), ("complete", 2)]
+    # Each step ran once, in the first attempt; the second got their recorded results back.
+    assert sorted(
+        p.name for p in tmp_path.iterdir() if p.name.startswith(("plain", "awaited"))
+    ) == [
+        "awaited-1",
+        "plain-1",
+    ]
+    steps = JobStep.objects.filter(job_id=job_id).order_by("position")
+    assert list(steps.values_list("name", "result", "epoch")) == [
+        ("plain", "1", 1),
+        ("awaited", "2", 1),
+    ]
+    assert list(DomainRow.objects.values_list("job_id", "value")) == [(job_id, "written")]
+
+
+def test_a_system_exit_in_an_async_job_fails_it_and_the_loop_runs_on(workers):
+    exits = submit(ops.EXITS, {}).pk
+    worker = workers.start("--concurrency", "1")
+    failed = wait_for(lambda: _ended(exits), "the job to end", diagnose=worker.logs)
+    assert failed.status == JobStatus.FAILED
+    assert "SystemExit" in failed.error
+    after = submit(ops.SLEEP, {"seconds": 0}).pk
+    done = wait_for(lambda: _ended(after), "a later async job to end", diagnose=worker.logs)
+    assert done.status == JobStatus.COMPLETE
 
 
 def test_a_timeout_cancels_the_task_and_fails_the_job(workers, tmp_path):

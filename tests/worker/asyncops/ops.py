@@ -8,6 +8,7 @@ worker test's worker would claim for its event loop too.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -15,11 +16,14 @@ from contextlib import AbstractContextManager
 from django_durable_jobs import operation
 from tests import registering
 from tests.markers import write_marker
+from tests.testapp.models import DomainRow
 
 SLEEP = "asyncops.sleep"
 WAIT = "asyncops.wait"
 TIMED = "asyncops.timed"
 CHECKPOINTS = "asyncops.checkpoints"
+WRITES = "asyncops.writes"
+EXITS = "asyncops.exits"
 TIMEOUT = 1.0  # seconds, of TIMED
 
 
@@ -62,6 +66,40 @@ async def checkpoints(ctx, payload):
     return {"done": done, "attempt": ctx.attempt}
 
 
+async def writes(ctx, payload):
+    """Use every awaitable write of ``ctx``: two steps (a plain and an ``async def`` function),
+    progress, a checkpoint and a durable sleep the first time, and a completion with a domain
+    row. Its markers are named by the attempt's epoch (a sleep does not count an attempt)."""
+    epoch = ctx.lease.epoch
+
+    def plain():
+        _mark(payload, f"plain-{epoch}")
+        return 1
+
+    async def awaited():
+        _mark(payload, f"awaited-{epoch}")
+        await asyncio.sleep(0)
+        return 2
+
+    steps = [await ctx.astep("plain", plain), await ctx.astep("awaited", awaited)]
+    await ctx.aprogress(50)
+    if not ctx.checkpoint_value:
+        await ctx.acheckpoint({"slept": True})
+        await ctx.asleep(0.1)  # nothing after it runs in this attempt
+
+    def mutation(execution) -> str:
+        DomainRow.objects.create(job_id=ctx.job_id, value="written")
+        return json.dumps({"steps": steps, "epoch": epoch})
+
+    return await ctx.acomplete_atomically(mutation)
+
+
+async def exits(ctx, payload):
+    """Raise SystemExit from a task of the event loop."""
+    await asyncio.sleep(0)
+    raise SystemExit(3)
+
+
 def _mark(payload, name: str, text: str = "") -> None:
     folder = payload.get("markers")
     if folder:
@@ -74,8 +112,10 @@ def register() -> None:
     operation(WAIT)(wait)
     operation(TIMED, timeout=TIMEOUT)(wait)
     operation(CHECKPOINTS, on_expired="resume")(checkpoints)
+    operation(WRITES)(writes)
+    operation(EXITS)(exits)
 
 
 def registered() -> AbstractContextManager[None]:
     """Register the operations in this (the test's) process while the block runs."""
-    return registering.registered(register, (SLEEP, WAIT, TIMED, CHECKPOINTS))
+    return registering.registered(register, (SLEEP, WAIT, TIMED, CHECKPOINTS, WRITES, EXITS))

@@ -420,7 +420,9 @@ class Worker:
         try:
             entry.ctx = self._context(entry)
             outcome = run(entry.ctx, registered_executor(entry.claim.job.operation))
-        except Exception as exc:  # noqa: BLE001 - e.g. a context that could not be built
+        except BaseException as exc:  # noqa: BLE001 - a context that could not be built, or a
+            # SystemExit of the job's: raised on, it would end the thread and leave the job
+            # held, its lease renewed, running for as long as the worker lives
             outcome = self._not_run(entry, exc)
         return self._ended(entry, outcome)
 
@@ -437,8 +439,8 @@ class Worker:
         try:
             entry.ctx = self._context(entry)
             outcome = await run_on_loop(entry.ctx, registered_coroutine(entry.claim.job.operation))
-        except BaseException as exc:  # noqa: BLE001 - a context that could not be built, or a
-            # SystemExit of the job's: raised on, it would stop the loop of every async job
+        except BaseException as exc:  # noqa: BLE001 - as in _run_attempt; raised on, a
+            # SystemExit would stop the loop of every async job
             outcome = self._not_run(entry, exc)
         self._ended(entry, outcome)
 

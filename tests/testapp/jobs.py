@@ -78,6 +78,9 @@ def domain_write(ctx, payload):
 
 @operation("tests.fail")
 def fail(ctx, payload):
+    """Raise RuntimeError(``message``), or SystemExit(``exit``) when the payload gives one."""
+    if "exit" in payload:
+        raise SystemExit(payload["exit"])
     raise RuntimeError(payload.get("message", "boom"))
 
 

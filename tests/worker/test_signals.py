@@ -209,6 +209,18 @@ def test_max_jobs_exits_after_that_many_jobs(workers):
     assert worker.row().state() == WorkerState.STOPPED
 
 
+def test_a_job_raising_system_exit_fails_and_its_thread_runs_on(workers):
+    # Raised on, SystemExit ended the only job thread and left its job held, running, for as
+    # long as the worker lived: the other job never ran and --burst never ended.
+    exits = submit("tests.fail", {"exit": 3}).pk
+    other = submit("tests.noop", {"beside": "exit"}).pk
+    code, worker = workers.run("--burst", "--concurrency", "1", "--prefetch", "0")
+    assert code == 0, worker.logs()
+    assert job(exits).status == JobStatus.FAILED
+    assert job(exits).error.startswith("SystemExit"), job(exits).error
+    assert job(other).status == JobStatus.COMPLETE
+
+
 def test_unknown_operation_is_refused_before_starting(workers):
     code, worker = workers.run("--operation", "tests.noop", "--operation", "nope.missing")
     assert code != 0

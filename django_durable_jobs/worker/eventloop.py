@@ -49,8 +49,14 @@ class EventLoop:
         task.add_done_callback(self.tasks.discard)
 
     def cancel(self, task: asyncio.Task) -> None:
-        """Cancel ``task`` (callable from any thread): ``CancelledError`` at its next await."""
-        self.loop.call_soon_threadsafe(task.cancel)
+        """Cancel ``task`` (callable from any thread): ``CancelledError`` at its next await.
+
+        Nothing to do once the loop has closed (the worker stopped, every task ended).
+        """
+        try:
+            self.loop.call_soon_threadsafe(task.cancel)
+        except RuntimeError:  # closed
+            pass
 
     def stop(self, timeout: float) -> None:
         """Stop the loop once what it is running now yields; wait up to ``timeout`` for that.

@@ -6,15 +6,13 @@ another's allowance.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.test import override_settings
 
 from django_durable_jobs.models import Job
 from django_durable_jobs.models.tokens import create_token
 from tests.api.support import OP, Api, make_user, refused
-from tests.support import db_state
+from tests.support import db_state, in_one_window
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,16 +21,6 @@ CAPACITY = "E_JOB_CAPACITY_REACHED"
 
 def quotas(**red):
     return override_settings(DURABLE_JOBS={"SCOPE_QUOTAS": {"red": red}})
-
-
-def in_one_window(seconds: float, margin: float = 15.0) -> None:
-    """Wait, when fewer than ``margin`` seconds are left of the current submission-rate window
-    of ``seconds``, until the next one begins. The windows are fixed, aligned to the clock (a
-    minute starts at :00), so a test whose counted calls straddled a boundary would find the
-    count reset half-way (seen on CI: a sixth call in a "5/m" window at 03:15:00.17 accepted)."""
-    left = seconds - time.time() % seconds
-    if left < margin:
-        time.sleep(left + 0.05)
 
 
 def test_a_full_pending_cap_is_429_with_retry_after(api):

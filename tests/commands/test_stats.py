@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_durable_jobs.stats import snapshot
 from django_durable_jobs.store import DurableJobStore
-from tests.support import FakeClock, db_state, submission
+from tests.support import FakeClock, db_state, in_one_window, submission
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the store commits its own writes
 OP = "tests.noop"
@@ -52,6 +52,7 @@ def _same(data: dict) -> dict:
 @pytest.mark.parametrize("scope", [None, "red"])
 def test_json_is_the_snapshot(work, scope):
     args = ["stats", "--json"] + (["--scope", scope] if scope else [])
+    in_one_window(60, margin=5)  # both reads in one minute: the same per-minute buckets
     printed = json.loads(jobs(*args))
     assert _same(printed) == _same(snapshot(scope=scope).as_dict())
     assert printed["scope"] == scope

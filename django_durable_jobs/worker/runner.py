@@ -275,12 +275,7 @@ class Worker:
         """Return, for the job threads and for the event loop, their operations and how many
         jobs of them to claim now: free slots plus (for the threads) the prefetch buffer's room.
         """
-        counts, loop = self.holdings.counts, self.holdings.loop_counts
-        with self.holdings.lock:
-            finishing = counts[HeldState.FINISHING]
-            buffered = counts[HeldState.BUFFERED] - loop[HeldState.BUFFERED]
-            in_threads = buffered + counts[HeldState.RUNNING] - loop[HeldState.RUNNING]
-            on_loop = loop[HeldState.BUFFERED] + loop[HeldState.RUNNING]
+        buffered, in_threads, on_loop, finishing = self._in_hand()
         left = None if self.options.max_jobs is None else self.options.max_jobs - self.claimed
         sides = []
         if self.loop_operations:
@@ -299,6 +294,17 @@ class Worker:
                 free = min(free, left)
             budgets.append((operations, max(free, 0)))
         return budgets
+
+    def _in_hand(self) -> tuple[int, int, int, int]:
+        """Return the claims held for the job threads buffered, and in all (buffered and
+        running); those held on the event loop; and those whose outcome waits for the completer.
+        """
+        counts, loop = self.holdings.counts, self.holdings.loop_counts
+        with self.holdings.lock:
+            buffered = counts[HeldState.BUFFERED] - loop[HeldState.BUFFERED]
+            in_threads = buffered + counts[HeldState.RUNNING] - loop[HeldState.RUNNING]
+            on_loop = loop[HeldState.BUFFERED] + loop[HeldState.RUNNING]
+            return buffered, in_threads, on_loop, counts[HeldState.FINISHING]
 
     def _claim(self) -> list[Claimed] | None:
         budgets = self._budgets()
@@ -358,10 +364,8 @@ class Worker:
         """Return the operations seen to run short and how many more of them to claim now
         (``pace.py``): what ``pace`` holds for them beyond the jobs in hand."""
         short, hold = self.pace.short(self.thread_operations)
-        with self.holdings.lock:
-            counts, loop = self.holdings.counts, self.holdings.loop_counts
-            in_threads = sum(counts[s] - loop[s] for s in (HeldState.BUFFERED, HeldState.RUNNING))
-            more = hold - in_threads
+        _, in_threads, _, _ = self._in_hand()
+        more = hold - in_threads
         if self.options.max_jobs is not None:
             more = min(more, self.options.max_jobs - self.claimed)
         return short, more

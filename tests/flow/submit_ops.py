@@ -8,11 +8,11 @@ counts would see.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import timedelta
 
 from django_durable_jobs.rules import registry
+from tests import registering
 
 ACTIVE = "flow.unique_active"
 WINDOW = "flow.unique_window"
@@ -72,16 +72,6 @@ def register() -> None:
     registry.operation(PLAIN)(plain)
 
 
-def unregister() -> None:
-    for name in (ACTIVE, WINDOW, KEYED, UNIQUE_KEYED, PLAIN):
-        registry.unregister(name)
-
-
-@contextmanager
-def registered() -> Iterator[None]:
+def registered() -> AbstractContextManager[None]:
     """Register the operations for the block."""
-    register()
-    try:
-        yield
-    finally:
-        unregister()
+    return registering.registered(register, (ACTIVE, WINDOW, KEYED, UNIQUE_KEYED, PLAIN))

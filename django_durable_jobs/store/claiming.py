@@ -46,7 +46,7 @@ from ..rules.vocabulary import (
 from . import capacity, ending, fence, limits
 from . import client as client_room
 from .client import Client
-from .sql.claim import ClaimStatement
+from .sql.claim import ClaimStatement, ProbeStatement
 from .sql.rows import update_by_ids
 
 CLAIM_BATCH_MAX = 1000
@@ -370,9 +370,15 @@ def claim_batch(
                     pauses,
                 )
                 if left and probe:  # paused or not: the statement's misses note the pauses
-                    free = candidates(now, passing_over=False, pauses="ignored")
-                    free_due = bool(free_ops) and (
-                        free.filter(operation__in=free_ops).pending_due(now).exists()
+                    free_due = bool(free_ops) and any_claimable(
+                        client,
+                        ("free due", key),
+                        lambda at: [
+                            candidates(at, passing_over=False, pauses="ignored")
+                            .filter(operation__in=free_ops)
+                            .pending_due(at)
+                        ],
+                        now,
                     )
                 if left and free_due is not False:
                     fast = claim_pending_fast(
@@ -385,11 +391,14 @@ def claim_batch(
             elif left:
                 if free_ops is not None:
                     client.memo[FREE_NONE] = True
-                base, rare = pending_and_rare(now)
-                if free_due is False:
-                    nothing = not rare.exists()
-                else:
-                    nothing = not (base.pending_due(now).exists() or rare.exists())
+
+                def claimable(at: datetime) -> list:
+                    base, rare = pending_and_rare(at)
+                    return [rare] if free_due is False else [base.pending_due(at), rare]
+
+                nothing = not any_claimable(
+                    client, ("claimable", key, free_due is False), claimable, now
+                )
                 if not nothing:
                     note_pauses(client, pauses)
             else:
@@ -499,8 +508,8 @@ def claim_pending_fast(
     if statement.returning:
         rows = statement.take(client.using, now, turn, changes)
     else:
-        _, rare = build(now)
-        if rare.exists():  # a plain read, so the locking SELECT locks pending rows only
+        # A plain read first, so that the locking SELECT locks pending rows only.
+        if any_claimable(client, ("rare", key), lambda at: build(at)[1:], now):
             return []
         chosen = statement.select(client.using, now, turn)
         rows = [row for row in chosen if is_authentic_pending(row)]
@@ -523,6 +532,16 @@ def claim_pending_fast(
     return [
         Claimed(Lease(row.pk, client.owner_id, row.fencing_epoch, expires), row) for row in rows
     ]
+
+
+def any_claimable(client: Client, key: tuple, build, now: datetime) -> bool:
+    """Return True when any candidate set of ``build(now)`` has a row; the probe is compiled
+    once per ``key`` (see :class:`ProbeStatement`)."""
+    statements = client.memo.setdefault(STATEMENTS, {})
+    statement = statements.get(key)
+    if statement is None:
+        statement = statements[key] = ProbeStatement.compile(client.using, build)
+    return statement.any(client.using, now)
 
 
 # -- the exact row-by-row path --------------------------------------------------------------------

@@ -87,3 +87,93 @@ def test_a_claim_with_max_running_counts_capacity(store):
     backlog(store, 5)
     assert len(store.claim_batch(limit=5, max_running=2, resume_expired=[])) == 2
     assert store.claim_batch(limit=5, max_running=2, resume_expired=[]) == []
+
+
+# -- compiled probes and prepared statements -----------------------------------------------------
+
+
+def probes(queries) -> list[str]:
+    # A prepared statement's parameters are bound by the server: Django logs it as
+    # "QUERY = '…' - PARAMS = (…)".
+    found = (sql.removeprefix("QUERY = '") for sql in statements(queries))
+    return [sql for sql in found if sql.startswith("SELECT EXISTS (")]
+
+
+def test_an_empty_claim_s_compiled_probe_reads_each_call_s_clock(store, rival, clock):
+    [job] = backlog(store, 1)
+    [held] = store.claim_batch(limit=1, resume_expired=[])
+    # Nothing is claimable while the lease lasts: after its one statement took nothing, the
+    # claim asks in one probe whether rarer work waits (MariaDB also before its locking read).
+    with CaptureQueriesContext(connection) as queries:
+        assert rival.claim_batch(limit=2, resume_expired=[OP]) == []
+    assert len(probes(queries.captured_queries)) == (2 if connection.vendor == "mysql" else 1)
+    assert rival.claim_batch(limit=2, resume_expired=[OP]) == []  # compiled now: the same
+    clock.advance(LEASE + 1)
+    # The expired lease is the only claimable row. The one statement takes no pending work;
+    # the compiled probe, bound to this call's clock, finds the row, and the exact path
+    # reclaims it. Bound to the first call's clock, it would find nothing.
+    [again] = rival.claim_batch(limit=2, resume_expired=[OP])
+    assert (again.job_id, again.lease.epoch) == (job.pk, held.lease.epoch + 1)
+    assert again.lease.owner_id == rival.owner_id
+
+
+def prepared_claims() -> list[tuple[str, int]]:
+    """Return this session's prepared claim statements and probes with their generic plans."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, generic_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE 'WITH claim AS%%' OR statement LIKE 'SELECT EXISTS (%%'"
+        )
+        return cursor.fetchall()
+
+
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="prepared statements: PostgreSQL with psycopg 3"
+)
+
+
+@postgresql_only
+def test_repeated_claims_are_prepared_on_postgresql_and_still_seen_by_django(store):
+    connection.close()  # a new session: no statement prepared yet
+    seen: list[str] = []
+
+    def recorder(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(recorder):
+        for _ in range(8):
+            assert store.claim_batch(limit=2, resume_expired=[]) == []
+    found = prepared_claims()
+    assert sorted(statement.split(" ", 2)[1] for statement, _ in found) == ["EXISTS", "claim"]
+    assert all(generic > 0 for _, generic in found)  # planned once, then run as planned
+    # Django's execute_wrapper() hooks and query logging see them as any other statement.
+    assert sum(sql.startswith("WITH claim AS") for sql in seen) == 8
+    assert len(probes([{"sql": sql} for sql in seen])) == 8
+    # Prepared, the claim still takes work, with a new clock value every call.
+    jobs = backlog(store, 3)
+    assert {c.job_id for c in store.claim_batch(limit=5, resume_expired=[])} == {j.pk for j in jobs}
+
+
+@postgresql_only
+@pytest.mark.parametrize(
+    "opt_out",
+    [
+        ("DISABLE_SERVER_SIDE_CURSORS", True),  # Django's setting for a transaction pooler
+        ("OPTIONS", {"prepare_threshold": None}),  # psycopg's own, given explicitly
+    ],
+    ids=["disable-server-side-cursors", "prepare-threshold-none"],
+)
+def test_claims_are_not_prepared_where_the_settings_say_statements_must_not_outlive_a_transaction(
+    store, monkeypatch, opt_out
+):
+    name, value = opt_out
+    if name == "OPTIONS":
+        value = {**connection.settings_dict.get("OPTIONS", {}), **value}
+    monkeypatch.setitem(connection.settings_dict, name, value)
+    connection.close()
+    for _ in range(8):
+        assert store.claim_batch(limit=2, resume_expired=[]) == []
+    assert prepared_claims() == []
+    jobs = backlog(store, 2)
+    assert {c.job_id for c in store.claim_batch(limit=5, resume_expired=[])} == {j.pk for j in jobs}

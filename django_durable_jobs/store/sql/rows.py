@@ -26,6 +26,7 @@ from ...database.dbvendor import (
     json_rows,
     locked_in_id_order,
     no_ids,
+    planned_once_cursor,
     quote,
     read_through,
     row_lock_clause,
@@ -76,9 +77,16 @@ def load_job(using: str, record: Sequence[Any]) -> Job:
     return Job.from_db(using, _ATTNAMES, values)
 
 
-def fetch_jobs(using: str, sql: str, params: Sequence[Any]) -> list[Job]:
-    """Run ``sql`` (selecting or returning ``names(using)``'s columns); return its jobs."""
-    with connections[using].cursor() as cursor:
+def fetch_jobs(
+    using: str, sql: str, params: Sequence[Any], *, planned_once: bool = False
+) -> list[Job]:
+    """Run ``sql`` (selecting or returning ``names(using)``'s columns); return its jobs.
+
+    With ``planned_once``, for a statement run again and again with new values only, through
+    :func:`~django_durable_jobs.database.dbvendor.planned_once_cursor`.
+    """
+    cursors = planned_once_cursor(using) if planned_once else connections[using].cursor()
+    with cursors as cursor:
         cursor.execute(sql, params)
         return [load_job(using, record) for record in cursor.fetchall()]
 

@@ -18,6 +18,7 @@ from datetime import datetime
 
 import pytest
 from django.db import connection, transaction
+from django.db.models.signals import post_init
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -26,6 +27,8 @@ from django_durable_jobs.database.dbvendor import WORK_CHANNEL
 from django_durable_jobs.models import Job
 from django_durable_jobs.rules.errors import IdempotencyConflict, InputInvalid
 from django_durable_jobs.store import DurableJobStore
+from django_durable_jobs.store.sql.rows import build_job
+from django_durable_jobs.store.sql.submit import ATTNAMES
 from tests.settings import TEST_DB
 from tests.support import assert_refused, submission
 from tests.testapp.models import DomainRow
@@ -113,6 +116,29 @@ def test_the_returned_job_is_the_row_as_the_orm_loads_it(many):
             assert not isinstance(value, datetime) or value.tzinfo is not None
         assert (job._state.adding, job._state.db) == (False, "default")
         assert job.ownership == "unclaimed"
+
+
+def test_a_built_job_is_the_instance_from_db_makes_and_init_receivers_still_run():
+    job = submit(OP, {"n": 1}, queue="q")
+    values = [getattr(job, attname) for attname in ATTNAMES]
+    built, loaded = build_job("default", values), Job.from_db("default", ATTNAMES, values)
+    assert {k: v for k, v in vars(built).items() if k != "_state"} == {
+        k: v for k, v in vars(loaded).items() if k != "_state"
+    }
+    assert vars(built._state) == vars(loaded._state) == {"adding": False, "db": "default"}
+    assert built.workflow is None and built.queue == "q"  # through the fields' descriptors
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Job)  # with a receiver: Model.__init__, which sends it
+    try:
+        again = build_job("default", values)
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert len(seen) == 1 and seen[0] is again
+    assert vars(again._state) == vars(loaded._state)
 
 
 def test_insert_returns_none_for_a_repeat_and_refuses_other_bytes(clock):

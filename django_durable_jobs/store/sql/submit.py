@@ -44,7 +44,7 @@ from ...database.dbvendor import (
 )
 from ...database.wakeups import work_written
 from ...models import Job
-from .rows import load_job
+from .rows import build_job, load_job
 
 # The columns that differ from row to row; every other column is the same for a whole call.
 VARYING = (
@@ -265,7 +265,7 @@ class SubmitStatement:
         values = list(self.values)
         for slot, value in zip(self.slots, job.row(), strict=True):
             values[slot] = value
-        return Job.from_db(self.using, ATTNAMES, values)
+        return build_job(self.using, values)
 
     def _load(self, record: Sequence[Any]) -> Job:
         """Return the job of a row the database returned, through Django's converters."""

@@ -19,6 +19,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_durable_jobs.checks import check_database, check_settings
+from django_durable_jobs.rules.conf import DEFAULTS, jobs_settings, user_settings
 
 SQLITE_PLAIN = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 
@@ -91,6 +92,19 @@ def test_durable_jobs_that_is_not_a_dict_is_e001(value):
         assert ids(found) == ["durable_jobs.E001"]
         assert found[0].is_serious() is True
         assert check_database() == []  # the database check falls back to "default"
+
+
+def test_the_settings_are_read_again_whenever_django_says_they_changed():
+    before = jobs_settings.MAX_PAYLOAD_BYTES
+    with override_settings(DURABLE_JOBS={"MAX_PAYLOAD_BYTES": 123}):
+        assert jobs_settings.MAX_PAYLOAD_BYTES == 123
+        user_settings()["MAX_PAYLOAD_BYTES"] = 456  # the setting's own dict, changed in place
+        assert jobs_settings.MAX_PAYLOAD_BYTES == 456
+        with override_settings(DURABLE_JOBS="not a dict"):
+            assert user_settings() == {}
+            assert jobs_settings.MAX_PAYLOAD_BYTES == DEFAULTS["MAX_PAYLOAD_BYTES"]
+        assert jobs_settings.MAX_PAYLOAD_BYTES == 456
+    assert jobs_settings.MAX_PAYLOAD_BYTES == before
 
 
 def test_unset_or_empty_durable_jobs_passes():

@@ -2,7 +2,11 @@
 
 Code reads them through ``jobs_settings`` (the way Django REST framework's ``api_settings``
 works): each attribute is typed and resolved — defaults filled in, numbers converted, the scope
-resolver imported — and read afresh on every access, so ``override_settings`` just works.
+resolver imported — at every access. The ``DURABLE_JOBS`` dict itself is looked up once and
+again whenever Django says it changed (``setting_changed``: ``override_settings``,
+pytest-django's ``settings`` fixture), so those just work. A project without the setting paid
+6-9 µs for every read otherwise (the lookup of a setting Django does not have raises inside
+``LazySettings``), seven times a ``submit()``.
 
 Defaults:
 
@@ -36,6 +40,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 __all__ = ["DEFAULTS", "JobsSettings", "jobs_settings", "user_settings"]
@@ -55,10 +61,26 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+_looked_up: dict[str, dict[str, Any]] = {}  # "DURABLE_JOBS": what the setting was, once read
+
+
 def user_settings() -> dict[str, Any]:
-    """Return the raw ``DURABLE_JOBS`` dict (empty when unset or not a dict)."""
-    value = getattr(settings, "DURABLE_JOBS", None)
-    return value if isinstance(value, dict) else {}
+    """Return the raw ``DURABLE_JOBS`` dict (empty when unset or not a dict).
+
+    The dict is the setting's own object, so a change made to it in place is seen at once.
+    """
+    try:
+        return _looked_up["DURABLE_JOBS"]
+    except KeyError:
+        value = getattr(settings, "DURABLE_JOBS", None)
+        _looked_up["DURABLE_JOBS"] = value = value if isinstance(value, dict) else {}
+        return value
+
+
+@receiver(setting_changed)
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "DURABLE_JOBS":
+        _looked_up.clear()
 
 
 def _raw(name: str) -> Any:

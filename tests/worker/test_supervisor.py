@@ -273,7 +273,9 @@ def test_sigterm_while_a_restart_is_pending_exits_zero_and_starts_nothing(superv
     assert parent.wait() == 0, parent.logs()  # well before the 30 s restart
     err = parent.stderr()
     assert "SIGTERM: passing it on to 1 worker process(es) as SIGUSR1" in err
-    assert "stopped: exit code 0 after" in err
+    # The child stops and exits 0, or, once its worker has stopped and its signal handlers are
+    # restored, a repeat of the request (sent each tick) ends its exit: both count as asked.
+    assert re.search(r"\(pid \d+\) stopped: (exit code 0|signal SIGUSR1) after", err), err
     assert len(_starts(parent)) == 2 and "replacing pid" not in err
 
 

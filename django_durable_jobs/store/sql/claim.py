@@ -78,8 +78,7 @@ class ClaimStatement:
             intact_sql, intact_params = intact.query.get_compiler(using).as_sql()
             sql = f"WITH claim AS MATERIALIZED ({sql}), intact AS ({intact_sql})"
             params = (*params, *intact_params)
-        marker = connection.ops.adapt_datetimefield_value(_SENTINEL)
-        now_at = frozenset(n for n, value in enumerate(params) if value == marker)
+        now_at = _clock_positions(using, params)
         turn_at = frozenset(n for n, value in enumerate(params) if value == _TURN_SENTINEL)
         return cls(sql, tuple(params), now_at, turn_at, returning)
 
@@ -140,9 +139,7 @@ class ProbeStatement:
             sql, part = candidates.query.exists().get_compiler(using).as_sql()
             parts.append(f"EXISTS ({sql})")
             params.extend(part)
-        marker = connections[using].ops.adapt_datetimefield_value(_SENTINEL)
-        now_at = frozenset(n for n, value in enumerate(params) if value == marker)
-        return cls("SELECT " + " OR ".join(parts), tuple(params), now_at)
+        return cls("SELECT " + " OR ".join(parts), tuple(params), _clock_positions(using, params))
 
     def any(self, using: str, now: datetime) -> bool:
         """Return True when any of the candidate sets has a row at ``now``."""
@@ -151,6 +148,12 @@ class ProbeStatement:
         with planned_once_cursor(using) as cursor:
             cursor.execute(self.sql, params)
             return bool(cursor.fetchone()[0])
+
+
+def _clock_positions(using: str, params: list) -> frozenset[int]:
+    """Return where the clock's value (compiled as ``_SENTINEL``) sits in ``params``."""
+    marker = connections[using].ops.adapt_datetimefield_value(_SENTINEL)
+    return frozenset(n for n, value in enumerate(params) if value == marker)
 
 
 def _read_through(using: str, sql: str, index: str) -> str:

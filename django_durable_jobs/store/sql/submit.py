@@ -44,7 +44,7 @@ from ...database.dbvendor import (
 )
 from ...database.wakeups import work_written
 from ...models import Job
-from .rows import build_job, load_job
+from .rows import ATTNAMES, build_job, load_job
 
 # The columns that differ from row to row; every other column is the same for a whole call.
 VARYING = (
@@ -57,7 +57,6 @@ VARYING = (
     "unique_key",
 )
 FIELDS = tuple(Job._meta.concrete_fields)
-ATTNAMES = tuple(f.attname for f in FIELDS)
 SLOTS = tuple(ATTNAMES.index(name) for name in VARYING)
 ROWS_PER_STATEMENT = 2_000
 # PostgreSQL binds a VALUES list faster up to a few rows, the unnest form beyond (measured).

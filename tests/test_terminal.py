@@ -74,6 +74,14 @@ def test_every_unsafe_code_point_is_escaped_and_escaping_is_idempotent():
     assert printable(block) == block
 
 
+def test_each_unsafe_code_point_alone_in_plain_text_is_escaped():
+    # printable() returns text Python deems printable untouched: none of UNSAFE may be.
+    for code in sorted(UNSAFE):
+        shown = printable(f"plain {chr(code)} text", keep_newlines=False)
+        assert chr(code) not in shown, hex(code)
+        assert shown.startswith("plain \\") and shown.endswith(" text")
+
+
 def test_no_printable_output_can_be_refused_by_a_utf8_terminal():
     text = printable("ok \udcff \ud800 done")
     text.encode("utf-8")  # strict: a raw lone surrogate would raise here

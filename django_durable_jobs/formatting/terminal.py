@@ -65,6 +65,8 @@ def printable(text: object, *, keep_newlines: bool = True) -> str:
     converted with ``str()`` first.
     """
     text = text if isinstance(text, str) else str(text)
+    if text.isprintable():  # every UNSAFE character is unprintable to Python: nothing to escape
+        return text
     return text.translate(_BLOCK_TABLE if keep_newlines else _LINE_TABLE)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
 
@@ -31,7 +32,7 @@ from ..rules.vocabulary import AttemptOutcomeChoice, JobStatus
 from . import client as client_room
 from . import fence, workflows
 from .client import Client
-from .sql.rows import DECREMENT, JobRows, insert_attempts
+from .sql.rows import ATTNAMES, DECREMENT, JobRows, insert_attempts, new_attempt
 
 INTERRUPTED_ERROR = "The lease expired before the attempt ended; its outcome is unknown."
 RELEASED = AttemptOutcomeChoice.RELEASED
@@ -69,7 +70,7 @@ def attempt_of(
 
     A failure an exception caused also keeps the exception's class path and traceback.
     """
-    return JobAttempt(
+    return new_attempt(
         job_id=job.pk,
         epoch=job.fencing_epoch,
         owner_id=job.owner_id,
@@ -85,18 +86,35 @@ def attempt_of(
 
 
 _ENCODER = DjangoJSONEncoder()
+_AS_IS = {str, int, float, bool, type(None)}
 _PLAIN = (str, int, float)
 
 
 def snapshot(job: Job) -> dict[str, Any]:
     """Return a JSON-safe image of every column of ``job`` (times and ids as Django encodes them)."""
-    row = {}
-    for field in Job._meta.concrete_fields:
-        value = getattr(job, field.attname)
-        if value is not None and not isinstance(value, _PLAIN):
-            value = _ENCODER.default(value)
-        row[field.attname] = value
+    row = {name: getattr(job, name) for name in ATTNAMES}
+    for name, value in row.items():
+        kind = type(value)
+        if kind in _AS_IS:
+            continue
+        if kind is datetime:
+            row[name] = _datetime_text(value)
+        elif kind is UUID:
+            row[name] = str(value)
+        elif not isinstance(value, _PLAIN):  # a status or another choice is a str already
+            row[name] = _ENCODER.default(value)
     return row
+
+
+def _datetime_text(value: datetime) -> str:
+    """Return ``value`` as ``DjangoJSONEncoder`` writes it (milliseconds, UTC as ``Z``) without
+    its chain of type tests."""
+    text = value.isoformat()
+    if value.microsecond:
+        text = text[:23] + text[26:]
+    if text.endswith("+00:00"):
+        text = text[:-6] + "Z"
+    return text
 
 
 def supersede(client: Client, row: Job, now: datetime) -> None:

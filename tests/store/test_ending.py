@@ -12,7 +12,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.models import Job, JobAttempt
@@ -20,6 +22,8 @@ from django_durable_jobs.rules.errors import InputInvalid, LeaseLost
 from django_durable_jobs.rules.registry import operation, unregister
 from django_durable_jobs.rules.retry import RetryPolicy
 from django_durable_jobs.rules.values import Outcome
+from django_durable_jobs.store.ending import snapshot
+from django_durable_jobs.store.sql.rows import new_attempt
 from tests.store.batch_support import OP, backlog, statements
 from tests.support import LEASE, assert_refused, submission
 
@@ -205,3 +209,68 @@ def test_release_and_renewal_refuse_what_is_not_a_lease(store):
     store.claim_batch(limit=1, resume_expired=[])
     assert_refused(InputInvalid, "E_JOB_INPUT_INVALID", lambda: store.release([uuid.uuid4()]))
     assert_refused(InputInvalid, "E_JOB_INPUT_INVALID", lambda: store.renew_leases(["lease"]))
+
+
+# -- the history row's values ---------------------------------------------------------------------
+
+
+def test_the_snapshot_is_every_column_as_djangos_encoder_writes_it(store, clock):
+    [job] = backlog(store, 1)
+    Job.objects.filter(pk=job.pk).update(
+        workflow=None, retry_requested_at=clock(), progress=12.5, checkpoint='{"at": 1}'
+    )
+    [claim] = store.claim_batch(limit=1, resume_expired=[])
+    store.record_outcomes([Outcome.completed(claim.lease, '{"ok": true}')])
+    row = Job.objects.get(pk=job.pk)
+    row.claimed_at = row.claimed_at.replace(microsecond=0)  # both forms of a time
+    row.heartbeat_at = row.heartbeat_at.replace(microsecond=123456)
+    expected = json.loads(
+        json.dumps(
+            {f.attname: getattr(row, f.attname) for f in Job._meta.concrete_fields},
+            cls=DjangoJSONEncoder,
+        )
+    )
+    assert snapshot(row) == expected
+    assert json.dumps(snapshot(row)) == json.dumps(expected)  # status is text, not JobStatus(...)
+    assert snapshot(row)["claimed_at"].endswith(":00Z") and ".123Z" in snapshot(row)["heartbeat_at"]
+
+    [stored] = JobAttempt.objects.filter(job_id=job.pk)
+    assert stored.snapshot["status"] == "complete" and stored.snapshot["result"] == '{"ok": true}'
+    assert stored.snapshot["id"] == str(job.pk) and stored.snapshot["progress"] == 100.0
+    assert (stored.epoch, stored.owner_id, stored.outcome) == (1, store.owner_id, "complete")
+    assert stored.started_at == Job.objects.get(pk=job.pk).claimed_at
+    assert stored.ended_at == row.completed_at and stored.error is None
+
+
+def test_a_new_history_row_is_the_instance_its_model_makes_and_init_receivers_still_run(clock):
+    values = {
+        "job_id": uuid.uuid4(),
+        "epoch": 3,
+        "owner_id": "o",
+        "claimed_by": "w",
+        "started_at": clock(),
+        "ended_at": clock(),
+        "outcome": "failed",
+        "error": "boom",
+        "error_class": "builtins.RuntimeError",
+        "traceback": "Traceback ...",
+        "snapshot": {"id": "x"},
+    }
+    built, made = new_attempt(**values), JobAttempt(**values)
+    assert {k: v for k, v in vars(built).items() if k != "_state"} == {
+        k: v for k, v in vars(made).items() if k != "_state"
+    }
+    # ModelState's defaults (and its lazily made field cache): compared by what they say.
+    assert (built._state.adding, built._state.db) == (made._state.adding, made._state.db)
+    assert (built._state.adding, built._state.db, built.job_id) == (True, None, values["job_id"])
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=JobAttempt)
+    try:
+        again = new_attempt(**values)
+    finally:
+        post_init.disconnect(receiver, sender=JobAttempt)
+    assert len(seen) == 1 and seen[0] is again and again.outcome == "failed"

@@ -74,8 +74,12 @@ def load_job(using: str, record: Sequence[Any]) -> Job:
     values = list(record)
     connection = connections[using]
     for index, column, converters in _converters(using):
+        value = values[index]
+        if value is None:  # NULL stays None through every converter; most times of a job are NULL
+            continue
         for converter in converters:
-            values[index] = converter(values[index], column, connection)
+            value = converter(value, column, connection)
+        values[index] = value
     return build_job(using, values)
 
 
@@ -92,12 +96,34 @@ def build_job(using: str, values: Sequence[Any]) -> Job:
     """
     if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
         return Job.from_db(using, ATTNAMES, values)
-    job = Job.__new__(Job)
-    job.__dict__.update(zip(ATTNAMES, values, strict=True))
-    state = job._state = ModelState()
-    state.adding = False
+    return _filled(Job, ATTNAMES, values, using)
+
+
+ATTEMPT_ATTNAMES = tuple(f.attname for f in JobAttempt._meta.concrete_fields if not f.primary_key)
+
+
+def new_attempt(**values: Any) -> JobAttempt:
+    """Return the unsaved history row ``JobAttempt(**values)`` makes (``values``: every field but
+    the id), filled as :func:`build_job` fills a job (10-15 µs less per attempt ended) while no
+    receiver listens to ``pre_init``/``post_init`` for history rows."""
+    if pre_init.has_listeners(JobAttempt) or post_init.has_listeners(JobAttempt):
+        return JobAttempt(**values)
+    attempt = _filled(JobAttempt, ATTEMPT_ATTNAMES, [values[n] for n in ATTEMPT_ATTNAMES], None)
+    attempt.id = None
+    return attempt
+
+
+def _filled(
+    model: type[Model], attnames: tuple[str, ...], values: Sequence[Any], using: str | None
+) -> Any:
+    """Return an instance of ``model`` whose ``__dict__`` holds ``values``; loaded from ``using``,
+    or new (unsaved) when ``using`` is None."""
+    instance = model.__new__(model)
+    instance.__dict__.update(zip(attnames, values, strict=True))
+    state = instance._state = ModelState()
+    state.adding = using is None
     state.db = using
-    return job
+    return instance
 
 
 def fetch_jobs(
@@ -337,6 +363,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _plain_fields() -> tuple[bool, ...]:
+    """Per history column but the id: True for a text or integer column, whose ``str``, ``int``
+    or None value Django passes to the database unchanged (its preparation is skipped)."""
+    plain = {"CharField", "TextField", "BigIntegerField", "IntegerField", "PositiveIntegerField"}
+    return tuple(
+        f.get_internal_type() in plain
+        for f in JobAttempt._meta.concrete_fields
+        if not f.primary_key
+    )
+
+
 def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
     """Insert history rows in one multi-row INSERT.
 
@@ -364,11 +402,15 @@ def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
             )
         return
     row = f"({', '.join(['%s'] * len(fields))})"
-    params = [
-        field.get_db_prep_save(getattr(attempt, field.attname), connection)
-        for attempt in attempts
-        for field in fields
-    ]
+    plain = _plain_fields()
+    params = []
+    for attempt in attempts:
+        values = attempt.__dict__
+        for field, as_is in zip(fields, plain, strict=True):
+            value = values[field.attname]
+            if not (as_is and (value is None or type(value) is str or type(value) is int)):
+                value = field.get_db_prep_save(value, connection)
+            params.append(value)
     sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * len(attempts))}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

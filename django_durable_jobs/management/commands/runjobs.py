@@ -142,7 +142,8 @@ class Command(BaseCommand):
             type=float,
             default=None,
             help="on SQLite and MariaDB/MySQL, how often an idle worker looks for new "
-            "submissions, 0-60 seconds; 0 leaves it to the poll (default 0.04)",
+            "submissions, 0-60 seconds; 0 leaves it to the poll (default 0.04 on SQLite, "
+            "0.05 on MariaDB/MySQL)",
         )
         parser.add_argument(
             "--grace",

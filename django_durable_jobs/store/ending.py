@@ -86,22 +86,20 @@ def attempt_of(
 
 
 _ENCODER = DjangoJSONEncoder()
-_AS_IS = {str, int, float, bool, type(None)}
-_PLAIN = (str, int, float)
+_PLAIN = (str, int, float)  # a status or another choice is a str already
 
 
 def snapshot(job: Job) -> dict[str, Any]:
     """Return a JSON-safe image of every column of ``job`` (times and ids as Django encodes them)."""
     row = {name: getattr(job, name) for name in ATTNAMES}
     for name, value in row.items():
-        kind = type(value)
-        if kind in _AS_IS:
+        if value is None or isinstance(value, _PLAIN):
             continue
-        if kind is datetime:
+        if type(value) is datetime:
             row[name] = _datetime_text(value)
-        elif kind is UUID:
+        elif type(value) is UUID:
             row[name] = str(value)
-        elif not isinstance(value, _PLAIN):  # a status or another choice is a str already
+        else:
             row[name] = _ENCODER.default(value)
     return row
 

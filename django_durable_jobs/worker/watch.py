@@ -1,9 +1,11 @@
 """Wake-ups on new work where the database has no NOTIFY (SQLite, MariaDB and MySQL).
 
 While the fetch loop sleeps with a free slot, a thread looks every ``--watch`` seconds (40 ms
-on SQLite, 50 on MariaDB/MySQL by default) for a job submitted since it last looked: the newest row of the ``(created_at, id)``
-index, one index probe. On SQLite it first reads ``PRAGMA data_version``, which changes only when
-another connection commits, so an idle worker beside an idle database runs no other query. What it finds wakes the fetch loop, which claims as it does after a poll.
+on SQLite, 50 on MariaDB/MySQL by default) for a job submitted since it last looked: the newest
+row of the ``(created_at, id)`` index, one index probe. On SQLite it first reads ``PRAGMA
+data_version``, which changes only when another connection commits, so an idle worker beside an
+idle database runs no other query. What it finds wakes the fetch loop, which claims as it does
+after a poll.
 
 It wakes for submissions only. Retries that come due, a pause lifted, a capacity limit with room
 again are found by the poll (``--poll``), as before; on PostgreSQL the NOTIFY listener

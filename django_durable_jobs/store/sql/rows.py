@@ -99,7 +99,14 @@ def build_job(using: str, values: Sequence[Any]) -> Job:
     return _filled(Job, ATTNAMES, values, using)
 
 
-ATTEMPT_ATTNAMES = tuple(f.attname for f in JobAttempt._meta.concrete_fields if not f.primary_key)
+_ATTEMPT_FIELDS = tuple(f for f in JobAttempt._meta.concrete_fields if not f.primary_key)
+ATTEMPT_ATTNAMES = tuple(f.attname for f in _ATTEMPT_FIELDS)
+# Per history column: the type whose values Django passes to the database unchanged (text and
+# integer columns), so that their preparation is skipped; None where every value is prepared.
+_AS_IS_TYPES = tuple(
+    {"CharField": str, "TextField": str, "BigIntegerField": int}.get(f.get_internal_type())
+    for f in _ATTEMPT_FIELDS
+)
 
 
 def new_attempt(**values: Any) -> JobAttempt:
@@ -363,18 +370,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-@functools.cache
-def _plain_fields() -> tuple[bool, ...]:
-    """Per history column but the id: True for a text or integer column, whose ``str``, ``int``
-    or None value Django passes to the database unchanged (its preparation is skipped)."""
-    plain = {"CharField", "TextField", "BigIntegerField", "IntegerField", "PositiveIntegerField"}
-    return tuple(
-        f.get_internal_type() in plain
-        for f in JobAttempt._meta.concrete_fields
-        if not f.primary_key
-    )
-
-
 def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
     """Insert history rows in one multi-row INSERT.
 
@@ -383,10 +378,9 @@ def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
     if not attempts:
         return
     connection = connections[using]
-    meta = JobAttempt._meta
-    fields = [f for f in meta.concrete_fields if f is not meta.pk]
+    fields = _ATTEMPT_FIELDS
     columns = ", ".join(quote(using, f.column) for f in fields)
-    table = quote(using, meta.db_table)
+    table = quote(using, JobAttempt._meta.db_table)
     if takes_json_rows(using):
         # One JSON document instead of nine escaped parameters a row (the client-side
         # escaping of the snapshots cost more than the INSERT).
@@ -402,13 +396,12 @@ def insert_attempts(using: str, attempts: Sequence[JobAttempt]) -> None:
             )
         return
     row = f"({', '.join(['%s'] * len(fields))})"
-    plain = _plain_fields()
     params = []
     for attempt in attempts:
         values = attempt.__dict__
-        for field, as_is in zip(fields, plain, strict=True):
+        for field, as_is in zip(fields, _AS_IS_TYPES, strict=True):
             value = values[field.attname]
-            if not (as_is and (value is None or type(value) is str or type(value) is int)):
+            if as_is is None or (value is not None and type(value) is not as_is):
                 value = field.get_db_prep_save(value, connection)
             params.append(value)
     sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * len(attempts))}"

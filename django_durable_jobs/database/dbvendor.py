@@ -238,6 +238,15 @@ def planned_once_cursor(using: str) -> Iterator[Any]:
         yield cursor
 
 
+def binds_on_server(using: str) -> bool:
+    """Return True when :func:`planned_once_cursor` yields a cursor the server binds for.
+
+    Its statements may then send parameters in binary (``%b``): an array of a thousand strings
+    goes as it is, where Django's cursor quotes every item into the statement's text.
+    """
+    return _prepares(connections[using])
+
+
 def _prepares(connection: BaseDatabaseWrapper) -> bool:
     """Return True when ``connection``'s repeated statements may be prepared (see above)."""
     if connection.vendor != "postgresql":
@@ -504,15 +513,17 @@ def submits_arrays(connection: BaseDatabaseWrapper) -> bool:
 
 
 def insert_from_arrays_sql(
-    table: str, columns: str, select: list[str], array_types: list[str]
+    table: str, columns: str, select: list[str], array_types: list[str], *, binary: bool = False
 ) -> str:
     """Return PostgreSQL's INSERT of the rows of ``unnest()`` of one array per varying column.
 
     ``select`` gives each column's value: ``u.c0``, ``u.c1``… for the varying ones, a
     placeholder for the shared ones; ``array_types`` the SQL type of each array's items. A row
-    whose key or id is taken is skipped.
+    whose key or id is taken is skipped. With ``binary`` the arrays are bound in binary (for a
+    cursor the server binds for, see :func:`binds_on_server`).
     """
-    arrays = ", ".join(f"%s::{item}[]" for item in array_types)
+    placeholder = "%b" if binary else "%s"
+    arrays = ", ".join(f"{placeholder}::{item}[]" for item in array_types)
     names = ", ".join(f"c{index}" for index in range(len(array_types)))
     return (
         f"INSERT INTO {table} ({columns}) SELECT {', '.join(select)} "

@@ -12,6 +12,7 @@ MariaDB.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from datetime import datetime
@@ -203,6 +204,63 @@ def test_without_insert_returning_a_select_reads_the_rows_mysql_path(monkeypatch
         "E_JOB_IDEMPOTENCY_CONFLICT",
         lambda: submit_many(OP, [{"n": 3}, {"n": 2}], idempotency_keys=["other", "k"]),
     )
+
+
+# -- PostgreSQL's bulk insert ---------------------------------------------------------------------
+
+# Items an array's text form must quote or escape, and "NULL", which it must not read as a null.
+AWKWARD_KEYS = ["NULL", "null", 'k"1', "k\\2", "k{3}", "k,4", " k5 ", "ключ-6", "k'7", ""]
+
+
+def prepared_inserts() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'WITH ins AS%%'"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+@only_postgresql
+@pytest.mark.parametrize(
+    "opt_out",
+    [None, ("DISABLE_SERVER_SIDE_CURSORS", True), ("OPTIONS", {"prepare_threshold": None})],
+    ids=["binary", "disable-server-side-cursors", "prepare-threshold-none"],
+)
+def test_a_bulk_submit_binds_its_arrays_on_the_server_unless_the_settings_say_not_to(
+    monkeypatch, opt_out
+):
+    if opt_out is not None:
+        name, value = opt_out
+        if name == "OPTIONS":
+            value = {**connection.settings_dict.get("OPTIONS", {}), **value}
+        monkeypatch.setitem(connection.settings_dict, name, value)
+    connection.close()  # a new session: nothing prepared yet
+    keys = AWKWARD_KEYS[:-1]  # an empty idempotency key is refused
+    payloads = [{"key": key, "text": 'a "quoted" \\ {braced}, item'} for key in keys]
+    seen: list[str] = []
+
+    def recorder(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(recorder):
+        jobs = submit_many(OP, payloads, idempotency_keys=keys)
+    inserts = [sql for sql in seen if sql.startswith("WITH ins AS")]
+    assert len(inserts) == 1 and "unnest(" in inserts[0], seen
+    binary = opt_out is None
+    assert ("%b::" in inserts[0]) is binary
+    assert bool(prepared_inserts()) is binary
+    loaded = {job.idempotency_key: job for job in Job.objects.all()}
+    assert sorted(loaded) == sorted(keys)
+    for key, payload, job in zip(keys, payloads, jobs, strict=True):
+        assert job.idempotency_key == key
+        assert _columns(job) == _columns(loaded[key])
+        assert json.loads(loaded[key].proposal) == payload
+        assert loaded[key].unique_key is None and loaded[key].rate_key == ""
+    # A second call of the same keys coalesces with every row, on the same statement.
+    again = submit_many(OP, payloads, idempotency_keys=keys)
+    assert [job.pk for job in again] == [job.pk for job in jobs]
+    assert Job.objects.count() == len(keys)
 
 
 # -- NOTIFY ---------------------------------------------------------------------------------------

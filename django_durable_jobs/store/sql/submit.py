@@ -8,7 +8,10 @@ what it did.
   and, when there are any, sends the queue's NOTIFY in the same round trip. Beyond two rows the
   insert reads ``unnest()`` of seven arrays (the columns that vary) and binds the shared values
   once: a VALUES list of 1,000 rows took 55 ms to bind and 27 ms to plan, the arrays 5 ms and
-  0.2 ms. For one or two rows the VALUES list is the faster one.
+  0.2 ms. For one or two rows the VALUES list is the faster one. The arrays go to the server as
+  parameters in binary, through the worker's prepared-statement cursor, where the settings allow
+  it (``planned_once_cursor``): Django's cursor would quote each of their 7,000 items into the
+  statement's text, a fifth of the time of a bulk submit.
 * SQLite: ``INSERT … VALUES … ON CONFLICT DO NOTHING``; the driver's row count says how many went in.
 * MariaDB: ``INSERT … VALUES … ON DUPLICATE KEY UPDATE id = id RETURNING …``, which returns the new
   row or the one holding the key. (Django connects with ``CLIENT_FOUND_ROWS``, so the affected-row
@@ -31,10 +34,12 @@ from typing import Any
 from django.db import connections
 
 from ...database.dbvendor import (
+    binds_on_server,
     counted_insert_sql,
     insert_counts_itself,
     insert_from_arrays_sql,
     insert_returns_holders,
+    planned_once_cursor,
     quote,
     rowcount_counts_inserted,
     skip_taken_sql,
@@ -198,7 +203,9 @@ class SubmitStatement:
         """Insert ``chunk`` in one statement; return what :func:`submit` returns for it."""
         connection = self.connection
         returned: list[Job] | None = None
-        with connection.cursor() as cursor:
+        arrays = submits_arrays(connection) and len(chunk) > VALUES_ROWS_MOST
+        cursors = planned_once_cursor(self.using) if arrays else connection.cursor()
+        with cursors as cursor:
             if insert_counts_itself(connection):
                 notice = work_notice(self.using, notify) if notify is not None else None
                 cursor.execute(*counted_insert_sql(*self._insert_sql(chunk), notice))
@@ -257,7 +264,9 @@ class SubmitStatement:
         params.append([pk.get_db_prep_save(job.pk, self.connection) for job in chunk])
         params.extend([row[index] for row in rows] for index in range(1, len(VARYING)))
         array_types = [self.casts[slot] for slot in self.slots]
-        return insert_from_arrays_sql(self.table, self.columns, select, array_types), params
+        binary = binds_on_server(self.using)
+        sql = insert_from_arrays_sql(self.table, self.columns, select, array_types, binary=binary)
+        return sql, params
 
     def _new_job(self, job: NewJob) -> Job:
         """Return the job just inserted for ``job``, as the ORM would load it."""

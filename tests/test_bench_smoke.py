@@ -59,6 +59,7 @@ def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
         assert figures["jobs"] == 40
         assert figures["jobs_per_s"] > 0
         assert 0 < figures["jobs_per_s_from_spawn"] < figures["jobs_per_s"]  # start-up counts
+        assert 0 < figures["first_start_s"] < figures["spawn_seconds"]
         assert figures["wall_seconds"] > 0
         assert figures["cpu_us_per_job"] > 0
         assert figures["violations"] == []
@@ -69,6 +70,7 @@ def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
     assert ours["latency"]["wakeup"] == wakeup
     assert ours["latency"]["start_ms"]["p50"] > 0
     assert "django-durable-jobs" in run.stdout
+    assert "seconds from the spawn of the worker processes to the first job's start" in run.stdout
 
 
 def test_stats_benchmark_smoke_run() -> None:

@@ -270,6 +270,8 @@ def drain(system: System, series: str, processes: int, args: Any, log_dir: Path)
         # Counted from the moment the worker processes were spawned: start-up included.
         "spawn_seconds": last - spawned,
         "jobs_per_s_from_spawn": jobs / (last - spawned),
+        # Start-up as the queue sees it: from the spawn to the first job's start (its claim).
+        "first_start_s": first - spawned,
         "wall_seconds": run.wall_seconds,
         "cpu_seconds": run.cpu_seconds,
         "cpu_us_per_job": run.cpu_seconds / jobs * 1e6,

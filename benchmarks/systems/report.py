@@ -178,6 +178,15 @@ def format_report(data: dict[str, Any]) -> str:
         )
         out += [
             "",
+            "seconds from the spawn of the worker processes to the first job's start",
+            f"{'':<{width}}{head}",
+        ]
+        for label, entry, series in rows:
+            runs = _drain(entry, series)
+            cells = [_n(runs[p].get("first_start_s"), 2) if p in runs else "-" for p in counts]
+            out.append(f"{label:<{width}}" + "".join(f"{c:>16}" for c in cells))
+        out += [
+            "",
             "worker CPU per job, µs: user + system of the worker processes ÷ jobs (net: less "
             "N x start-up,",
             "the CPU s of one worker starting and stopping on an empty queue)",

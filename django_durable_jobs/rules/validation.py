@@ -18,6 +18,7 @@ from .conf import jobs_settings
 from .errors import InputInvalid, PayloadTooLarge
 from .jsontext import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # the documented limit, re-exported
 from .jsontext import JsonTooDeep as JsonTooDeep
+from .jsontext import Serialised
 from .jsontext import is_json as is_json
 from .jsontext import loads as loads_strict
 
@@ -239,6 +240,11 @@ def json_text(value: Any, what: str) -> str:
         )
     if not isinstance(value, str):
         raise InputInvalid(f"The {what} must be JSON text (a str); got {type(value).__name__}.")
+    if type(value) is Serialised:  # written by canonical_json: strict, and its depth checked
+        value = str(value)
+        encodable(value, what)  # a lone surrogate is written as it is, never as an escape
+        check_size(value, what)
+        return value
     encodable(value, what)
     try:
         parsed = loads_strict(value)

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from .jsontext import canonical_json
+from .jsontext import Serialised, canonical_json
 from .outcome import Outcome
 from .vocabulary import RequestAnswer
 
@@ -53,7 +53,7 @@ class Submission:
             text = canonical_json(obj)
         except (TypeError, ValueError) as exc:
             raise InputInvalid(f"The payload cannot be stored as JSON: {exc}.") from exc
-        return cls(scope=scope, idempotency_key=key, proposal=text)
+        return cls(scope=scope, idempotency_key=key, proposal=Serialised(text))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ documented limits are accepted and stored exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import uuid
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from django.test import override_settings
 
 from django_durable_jobs.models import Job, JobAttempt
 from django_durable_jobs.rules.errors import InputInvalid, JobError
+from django_durable_jobs.rules.jsontext import Serialised
 from django_durable_jobs.store import (
     AttemptOutcome,
     DurableJobStore,
@@ -173,6 +175,27 @@ def test_progress_that_is_not_a_finite_number_is_refused(store, lease):
 CAP = 64
 # 32 characters but 2 + 30 * 3 = 92 UTF-8 bytes: under the cap by characters, over it by bytes.
 MULTI_BYTE = '"' + "€" * 30 + '"'
+
+
+def test_a_serialised_payload_is_checked_for_size_and_surrogates_and_stored_as_plain_text(
+    store, lease
+):
+    # Submission.of marks the text it wrote (strict JSON, depth checked) so that the store does
+    # not parse it again; what is left to check still is, and a text put in its place is parsed.
+    over = Submission.of(None, "big", "€" * 30)
+    assert type(over.proposal) is Serialised
+    surrogate = Submission.of(None, "lone", {"s": "\ud800"})
+    replaced = dataclasses.replace(Submission.of(None, "swap", {"n": 1}), proposal="{not json")
+    assert type(replaced.proposal) is str
+    with override_settings(DURABLE_JOBS={"MAX_PAYLOAD_BYTES": CAP}):
+        error = refused(lambda: store.defer(OP, over), case="over the cap")
+        assert f"{CAP}-byte cap" in error.message
+    error = refused(lambda: store.defer(OP, surrogate), case="a lone surrogate")
+    assert "lone surrogate" in error.message
+    refused(lambda: store.defer(OP, replaced), case="replaced with text that is not JSON")
+    job = store.defer(OP, Submission.of(None, "fine", {"b": [1, 2], "a": "€"}))
+    assert job.proposal == '{"a":"€","b":[1,2]}' and type(job.proposal) is str
+    assert type(Job.objects.get(pk=job.pk).proposal) is str
 
 
 def test_the_oversized_sample_is_under_the_cap_in_characters_but_over_it_in_bytes():

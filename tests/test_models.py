@@ -84,7 +84,6 @@ MIGRATION_INDEXES = {
     ),
     OPERATION_CLAIM_INDEX: (None, None),  # its columns and condition differ by database (0018)
     "durable_jobs_lease_idx": (["status", "lease_expires_at"], "lease_expires_at"),
-    RETRY_INDEX: (["status", "retry_requested_at"], "retry_requested_at"),
     "durable_jobs_unique_key_idx": (
         ["unique_key", "scope", "operation", "created_at"],
         "unique_key",

@@ -203,7 +203,7 @@ class SubmitStatement:
         """Insert ``chunk`` in one statement; return what :func:`submit` returns for it."""
         connection = self.connection
         returned: list[Job] | None = None
-        arrays = submits_arrays(connection) and len(chunk) > VALUES_ROWS_MOST
+        arrays = self._as_arrays(chunk)
         cursors = planned_once_cursor(self.using) if arrays else connection.cursor()
         with cursors as cursor:
             if insert_counts_itself(connection):
@@ -234,7 +234,7 @@ class SubmitStatement:
         """Return the INSERT of ``chunk`` that skips rows whose key or id is taken."""
         connection = self.connection
         pk = Job._meta.pk
-        if submits_arrays(connection) and len(chunk) > VALUES_ROWS_MOST:
+        if self._as_arrays(chunk):
             return self._arrays_sql(chunk)
         id_slot = self.slots[0]
         params: list[Any] = []
@@ -249,6 +249,10 @@ class SubmitStatement:
             [placeholders] * len(chunk)
         )
         return sql + skip_taken_sql(connection, pk.column, self.columns), params
+
+    def _as_arrays(self, chunk: Sequence[NewJob]) -> bool:
+        """Return True when ``chunk`` goes in as arrays (PostgreSQL, beyond a few rows)."""
+        return submits_arrays(self.connection) and len(chunk) > VALUES_ROWS_MOST
 
     def _arrays_sql(self, chunk: Sequence[NewJob]) -> tuple[str, list]:
         """Return the INSERT of many rows as arrays (one per varying column), the rest bound once."""

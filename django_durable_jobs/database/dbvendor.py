@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -505,6 +505,29 @@ def submit_rows_most(connection: BaseDatabaseWrapper, fields: list, most: int) -
         limit = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         rows = max(rows, limit // len(fields))
     return max(1, min(most, rows))
+
+
+def client_literals(connection: BaseDatabaseWrapper, values: Sequence[Any]) -> list[str] | None:
+    """Return ``values`` as the SQL literals the driver would bind them as, to stand in a
+    statement's text beside its placeholders; None where the driver does not bind so.
+
+    MariaDB's and MySQL's driver binds on the client: it escapes every parameter into the
+    statement's text. A value that many rows of one statement share is escaped here once
+    instead of once a row, by the driver's own escaping, with ``%`` doubled for the
+    placeholders' formatting that follows. Elsewhere the server binds, and nothing is written
+    into the text.
+    """
+    if connection.vendor != "mysql":
+        return None
+    connection.ensure_connection()
+    raw = connection.connection
+    literals = []
+    for value in values:
+        literal = raw.literal(value)  # bytes from mysqlclient, str from PyMySQL
+        if isinstance(literal, bytes):
+            literal = literal.decode(raw.encoding)
+        literals.append(literal.replace("%", "%%"))
+    return literals
 
 
 def submits_arrays(connection: BaseDatabaseWrapper) -> bool:

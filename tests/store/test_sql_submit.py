@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, transaction
@@ -204,6 +204,54 @@ def test_without_insert_returning_a_select_reads_the_rows_mysql_path(monkeypatch
         "E_JOB_IDEMPOTENCY_CONFLICT",
         lambda: submit_many(OP, [{"n": 3}, {"n": 2}], idempotency_keys=["other", "k"]),
     )
+
+
+@only_mariadb
+@pytest.mark.parametrize("many", [1, 5], ids=["one", "many"])
+def test_shared_values_are_escaped_once_into_the_statement_and_stored_exactly(many):
+    # MariaDB's driver escapes parameters into the statement's text; the values every row of a
+    # call shares are written there once, by the driver's escaping, the varying ones bound.
+    scope, queue = "te%st's\\sc%%ope", "q%s'\\ü"
+    run_after = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    keys = [f"k%{n}'" for n in range(many)]
+    seen: list[tuple[str, list]] = []
+
+    def recorder(execute, sql, params, many_, context):
+        seen.append((sql, list(params or [])))
+        return execute(sql, params, many_, context)
+
+    with connection.execute_wrapper(recorder):
+        jobs = submit_many(
+            OP,
+            [{"n": n, "s": "a%sb'c"} for n in range(many)],
+            scope=scope,
+            idempotency_keys=keys,
+            queue=queue,
+            priority=7,
+            run_after=run_after,
+        )
+    ((insert, params),) = [(sql, p) for sql, p in seen if sql.startswith("INSERT")]
+    if many == 1:  # one row binds every value
+        assert len(params) == len(ATTNAMES) and "te%%st" not in insert
+    else:  # the varying values only: id, key, proposal, hash and the flow keys
+        assert len(params) == 7 * many
+        assert insert.count("te%%st") == many  # the scope once a row, escaped in the text
+    for key, job in zip(keys, jobs, strict=True):
+        loaded = Job.objects.get(pk=job.pk)
+        assert _columns(job) == _columns(loaded)
+        assert (loaded.scope, loaded.queue, loaded.priority) == (scope, queue, 7)
+        assert (loaded.idempotency_key, loaded.run_after) == (key, run_after)
+    again = submit_many(
+        OP,
+        [{"n": n, "s": "a%sb'c"} for n in range(many)],
+        scope=scope,
+        idempotency_keys=keys,
+        queue=queue,
+        priority=7,
+        run_after=run_after,
+    )
+    assert [job.pk for job in again] == [job.pk for job in jobs]
+    assert Job.objects.count() == many
 
 
 # -- PostgreSQL's bulk insert ---------------------------------------------------------------------

@@ -220,8 +220,8 @@ def test_shared_values_are_escaped_once_into_the_statement_and_stored_exactly(ma
         seen.append((sql, list(params or [])))
         return execute(sql, params, many_, context)
 
-    with connection.execute_wrapper(recorder):
-        jobs = submit_many(
+    def send() -> list[Job]:
+        return submit_many(
             OP,
             [{"n": n, "s": "a%sb'c"} for n in range(many)],
             scope=scope,
@@ -230,6 +230,9 @@ def test_shared_values_are_escaped_once_into_the_statement_and_stored_exactly(ma
             priority=7,
             run_after=run_after,
         )
+
+    with connection.execute_wrapper(recorder):
+        jobs = send()
     ((insert, params),) = [(sql, p) for sql, p in seen if sql.startswith("INSERT")]
     if many == 1:  # one row binds every value
         assert len(params) == len(ATTNAMES) and "te%%st" not in insert
@@ -241,15 +244,7 @@ def test_shared_values_are_escaped_once_into_the_statement_and_stored_exactly(ma
         assert _columns(job) == _columns(loaded)
         assert (loaded.scope, loaded.queue, loaded.priority) == (scope, queue, 7)
         assert (loaded.idempotency_key, loaded.run_after) == (key, run_after)
-    again = submit_many(
-        OP,
-        [{"n": n, "s": "a%sb'c"} for n in range(many)],
-        scope=scope,
-        idempotency_keys=keys,
-        queue=queue,
-        priority=7,
-        run_after=run_after,
-    )
+    again = send()
     assert [job.pk for job in again] == [job.pk for job in jobs]
     assert Job.objects.count() == many
 

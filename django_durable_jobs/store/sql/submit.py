@@ -64,8 +64,9 @@ VARYING = (
 )
 FIELDS = tuple(Job._meta.concrete_fields)
 SLOTS = tuple(ATTNAMES.index(name) for name in VARYING)
+# The positions in VARYING of the varying columns in model order: a row's placeholders' order.
+IN_MODEL_ORDER = tuple(sorted(range(len(SLOTS)), key=SLOTS.__getitem__))
 ROWS_PER_STATEMENT = 2_000
-_UNSET = object()
 # PostgreSQL binds a VALUES list faster up to a few rows, the unnest form beyond (measured);
 # MariaDB writes the values the rows share into the statement's text beyond it.
 VALUES_ROWS_MOST = 2
@@ -186,7 +187,6 @@ class SubmitStatement:
         shape = _shape(using)
         self.table, self.columns, self.casts = shape.table, shape.columns, shape.casts
         self.slots = SLOTS
-        self.literals: Any = _UNSET  # see _shared_literals
         # Column values in model order, for Python (the returned jobs) and for the database.
         self.values: list[Any] = [None] * len(ATTNAMES)
         self.prepared: list[Any] = [None] * len(ATTNAMES)
@@ -243,7 +243,7 @@ class SubmitStatement:
         id_slot = self.slots[0]
         params: list[Any] = []
         # One or two rows bind every value: escaping the shared ones apart costs more than it saves.
-        shared = self._shared_literals() if len(chunk) > VALUES_ROWS_MOST else None
+        shared = self._shared_literals if len(chunk) > VALUES_ROWS_MOST else None
         if shared is None:  # every value a placeholder
             for job in chunk:
                 values = list(self.prepared)
@@ -253,28 +253,26 @@ class SubmitStatement:
                 params.extend(values)
             placeholders = "(" + ", ".join(["%s"] * len(self.prepared)) + ")"
         else:  # the shared values written once as literals, the varying ones placeholders
-            in_order = sorted(range(len(self.slots)), key=lambda position: self.slots[position])
             for job in chunk:
                 row = list(job.row())
                 row[0] = pk.get_db_prep_save(job.pk, connection)
-                params.extend(row[position] for position in in_order)
+                params.extend(row[position] for position in IN_MODEL_ORDER)
             placeholders = "(" + ", ".join(shared) + ")"
         sql = f"INSERT INTO {self.table} ({self.columns}) VALUES " + ", ".join(
             [placeholders] * len(chunk)
         )
         return sql + skip_taken_sql(connection, pk.column, self.columns), params
 
+    @functools.cached_property
     def _shared_literals(self) -> list[str] | None:
-        """Return each column's text in a row of the VALUES list where the driver escapes on
-        the client: the shared values as literals, escaped once for the call (MariaDB: 31 of
-        each row's 38 values), the varying ones as placeholders. None elsewhere."""
-        if self.literals is _UNSET:
-            literals = client_literals(self.connection, self.prepared)
-            if literals is not None:
-                for slot in self.slots:
-                    literals[slot] = "%s"
-            self.literals = literals
-        return self.literals
+        """Each column's text in a row of the VALUES list where the driver escapes on the
+        client: the shared values as literals, escaped once for the call (MariaDB: 31 of each
+        row's 38 values), the varying ones as placeholders. None elsewhere."""
+        literals = client_literals(self.connection, self.prepared)
+        if literals is not None:
+            for slot in self.slots:
+                literals[slot] = "%s"
+        return literals
 
     def _as_arrays(self, chunk: Sequence[NewJob]) -> bool:
         """Return True when ``chunk`` goes in as arrays (PostgreSQL, beyond a few rows)."""

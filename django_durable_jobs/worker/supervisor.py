@@ -3,6 +3,13 @@
 The parent runs no jobs and opens no database connection. It starts N children (each a
 single-process ``runjobs`` with the same options), and supervises them:
 
+* the **first** N children are forked from the parent, which has set up Django and checked the
+  options already, when it can (``os.fork`` exists and the parent runs no other thread; under
+  ``--metrics-port`` its children must import prometheus-client afresh): a child then starts in
+  milliseconds instead of importing Django again, and shares the parent's pages until it writes
+  them. A child started later (a replacement), or when forking cannot be done, is a new
+  interpreter running ``child_command`` (``--processes=1``);
+
 * a child that **dies** (an exit code other than 0, or a signal: a job calling ``os._exit()``,
   the OOM killer, SIGKILL) is reaped at once and logged at WARNING with its pid and how it ended,
   then restarted after a pause: ``--restart-delay`` (1 s), doubled after each further death of a
@@ -32,14 +39,18 @@ without processes; ``Supervisor`` takes a ``clock`` for the same reason.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 
 from .options import seconds, whole
 from .shutdown import PARENT_CANCEL, PARENT_STOP
@@ -65,11 +76,17 @@ TICK = 1.0  # the longest the parent waits without a signal (SIGCHLD normally wa
 # starting and held no job, so it counts as stopped cleanly.
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, PARENT_STOP, PARENT_CANCEL)
 
+# Held (blocked) while the first children are forked and until the parent's handlers are in:
+# one that arrives meanwhile waits, instead of ending the parent by its default action.
+_HELD = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+
 __all__ = [
     "CRASH_LOOP_EXIT",
     "RestartRule",
     "Restarts",
+    "Forked",
     "Supervisor",
+    "can_fork",
     "child_command",
     "ending",
     "exit_status",
@@ -167,15 +184,94 @@ def supervise(
     burst: bool = False,
     on_exit: Callable[[int], object] = lambda pid: None,
     argv: list[str] | None = None,
+    forked: Callable[[], int] | None = None,
 ) -> int:
     """Run ``processes`` single-process copies of this ``runjobs`` until they end; return the
     parent's exit status.
 
     The children's command line is this one's (``argv``, by default ``sys.orig_argv``) with
-    ``--processes=1``; ``on_exit`` is called with the pid of each child that ended.
+    ``--processes=1``; ``on_exit`` is called with the pid of each child that ended. With
+    ``forked``, the first children are forked where that can be done, and run ``forked()``
+    (returning their exit status) instead of the command line.
     """
     command = child_command(sys.orig_argv if argv is None else argv)
-    return Supervisor(command, processes, rule, burst=burst, on_exit=on_exit).run()
+    return Supervisor(command, processes, rule, burst=burst, on_exit=on_exit, forked=forked).run()
+
+
+def can_fork() -> bool:
+    """Return True where a child can be forked safely: ``os.fork`` exists, and this process runs
+    no other thread (one could hold a lock the child would then wait for forever)."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+class Forked:
+    """A child forked by ``Forked.start``, with what the supervisor uses of ``subprocess.Popen``:
+    ``pid``, ``returncode`` (negative for a death by signal, as Popen's), ``poll()`` and
+    ``send_signal()``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, run: Callable[[], int]) -> Forked:
+        """Fork a child that runs ``run()`` and exits with what it returns (the caller holds
+        ``_HELD``, which the child lets through once it is in a process group of its own)."""
+        for stream in (sys.stdout, sys.stderr):  # not written twice, by parent and child
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(run)
+        try:  # the child does the same: whichever runs first, a group-wide Ctrl-C misses it
+            os.setpgid(pid, pid)
+        except OSError:  # it already ran and exited
+            pass
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        """Reap the child if it ended; return its returncode, None while it runs."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the child unless it was reaped (its pid may be another's now)."""
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+
+def _child(run: Callable[[], int]) -> NoReturn:
+    """The forked child: run, then exit at once, never returning into the parent's frames."""
+    status = 1
+    try:
+        os.setpgid(0, 0)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+        status = run()
+    except SystemExit as exc:  # as the interpreter ends on it: a text is printed, status 1
+        status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the child must never unwind into the parent's code
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - exiting whatever happens
+                pass
+        os._exit(status)
+
+
+@contextmanager
+def _held_signals() -> Iterator[None]:
+    """Block ``_HELD`` in this thread while the block runs; what arrived meanwhile then comes."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
 
 @dataclass
@@ -183,7 +279,7 @@ class _Place:
     """One of the N places a child runs in, and the child now in it (if any)."""
 
     number: int
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | Forked | None = None
     started: float = 0.0
     restart_at: float | None = None  # when the next child starts here
     replaces: int | None = None  # the pid of the child it replaces
@@ -203,8 +299,10 @@ class Supervisor:
         burst: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_exit: Callable[[int], object] = lambda pid: None,
+        forked: Callable[[], int] | None = None,
     ) -> None:
         self.command = command
+        self.forked = forked  # what a forked child runs; None: every child runs ``command``
         self.on_exit = on_exit  # called with the pid of each child that ended (metrics)
         self.rule = rule or RestartRule()
         self.restarts = Restarts(self.rule)
@@ -228,19 +326,19 @@ class Supervisor:
 
         Main thread only (it installs signal handlers, and restores the previous ones).
         """
-        restore = relay_signals(
-            {
-                signal.SIGTERM: self._signalled,
-                signal.SIGINT: self._signalled,
-                signal.SIGCHLD: lambda signum: self.wake.set(),
-            }
-        )
-        try:
-            logger.info(
-                "supervising %d worker processes; SIGTERM/Ctrl-C stops them", len(self.places)
-            )
+        logger.info("supervising %d worker processes; SIGTERM/Ctrl-C stops them", len(self.places))
+        with _held_signals():  # forked before the relay thread exists, and none lost meanwhile
+            fork = self.forked is not None and can_fork()
             for place in self.places:
-                self._start(place)
+                self._start(place, fork=fork)
+            restore = relay_signals(
+                {
+                    signal.SIGTERM: self._signalled,
+                    signal.SIGINT: self._signalled,
+                    signal.SIGCHLD: lambda signum: self.wake.set(),
+                }
+            )
+        try:
             while self._step():
                 pass
         finally:
@@ -314,10 +412,13 @@ class Supervisor:
                 sent += 1
         return sent
 
-    def _start(self, place: _Place) -> None:
+    def _start(self, place: _Place, *, fork: bool = False) -> None:
         place.restart_at = None
         try:  # a child of its own process group: a group-wide Ctrl-C reaches it once, through us
-            place.process = subprocess.Popen(self.command, process_group=0)
+            if fork:
+                place.process = Forked.start(self.forked)
+            else:
+                place.process = subprocess.Popen(self.command, process_group=0)
         except OSError as exc:  # no memory, no process slot left: a death like any other
             logger.warning("worker process %d could not be started: %s", place.number, exc)
             self._died(place, "could not start", lived=0.0, now=self.clock(), status=1)
@@ -325,7 +426,11 @@ class Supervisor:
         place.started = self.clock()
         replacing = f" (replacing pid {place.replaces})" if place.replaces else ""
         logger.info(
-            "worker process %d started: pid %d%s", place.number, place.process.pid, replacing
+            "worker process %d started: pid %d%s%s",
+            place.number,
+            place.process.pid,
+            replacing,
+            " (forked)" if fork else "",
         )
 
     def _ended(self, place: _Place, now: float) -> None:

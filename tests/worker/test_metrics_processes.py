@@ -105,6 +105,8 @@ def test_the_parent_serves_both_childrens_counters_summed(workers):
     parent.send(signal.SIGTERM)
     assert parent.wait() == 0, parent.logs()
     assert not Path(folder).exists()
+    # Children that must import prometheus-client afresh, in the served folder: never forked.
+    assert "(forked)" not in parent.stderr()
 
 
 def test_a_lone_worker_serves_its_own_counters(workers):

@@ -220,6 +220,10 @@ def test_a_killed_child_and_an_exiting_job_are_logged_reaped_and_replaced(superv
     for job_id in ids:
         _ends(job_id, JobStatus.COMPLETE, parent)
     assert len(_starts(parent)) == 4  # two first children, two replacements
+    # The first two were forked from the parent (Django set up once); replacements are new
+    # interpreters, started while the parent runs its signal thread.
+    started = [line for line in parent.stderr().splitlines() if STARTED.search(line)]
+    assert ["(forked)" in line for line in started] == [True, True, False, False], started
 
     parent.send(signal.SIGTERM)
     assert parent.wait() == 0, parent.logs()

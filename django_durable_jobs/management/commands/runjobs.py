@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
 from ... import metrics
 from ...checks import schedules_unchecked
@@ -200,10 +201,28 @@ class Command(BaseCommand):
         endpoint = _metrics_endpoint(options)
         _log_to_stderr(options["verbosity"])
         if options["processes"] > 1:
+            # A child forked from here skips what this process did (Python, Django, the checks)
+            # and starts in milliseconds. Under --metrics-port the children must import
+            # prometheus-client afresh, inside the directory the parent serves from: they are
+            # started as new interpreters.
+            forked = None if endpoint else lambda: self._forked_child(worker_options, options)
+            connections.close_all()  # none is open; a forked child must never share one
             with _serving_children(endpoint, options["database"]) as on_exit:
                 sys.exit(
-                    supervise(options["processes"], rule, burst=options["burst"], on_exit=on_exit)
+                    supervise(
+                        options["processes"],
+                        rule,
+                        burst=options["burst"],
+                        on_exit=on_exit,
+                        forked=forked,
+                    )
                 )
+        self._work(worker_options, options, endpoint)
+
+    def _work(
+        self, worker_options: WorkerOptions, options: dict, endpoint: Endpoint | None
+    ) -> None:
+        """Be one worker process: wait for the database, then run until stopped."""
         stop_metrics = _serving_worker(endpoint, options["database"])  # up while it waits
         try:
             if not Worker.wait_for_database(options["database"], then=_discover_tasks):
@@ -211,6 +230,16 @@ class Command(BaseCommand):
             self._run(worker_options, options)
         finally:
             stop_metrics()
+
+    def _forked_child(self, worker_options: WorkerOptions, options: dict) -> int:
+        """Be a child of ``--processes`` forked from this command; return its exit status, as
+        ``runjobs --processes=1`` would exit (a CommandError is printed, and its status)."""
+        try:
+            self._work(worker_options, options, None)
+        except CommandError as exc:
+            self.stderr.write(f"CommandError: {exc}")
+            return exc.returncode
+        return 0
 
     def _run(self, worker_options: WorkerOptions, options: dict) -> None:
         try:

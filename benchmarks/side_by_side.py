@@ -9,10 +9,12 @@ server, and measures, the same way for every system (see ``benchmarks/systems/ha
   django-tasks-db has none);
 - **latency**: enqueue→start with one idle worker (NOTIFY where the system listens, else its
   default poll interval);
-- **drain**: ``--drain-jobs`` no-op jobs by 1, 2, 4 and 8 worker processes started at once:
-  throughput from the system's own start and finish timestamps, and again from the spawn of the
-  processes (start-up included), wall time, and the worker processes' CPU per job (their rusage,
-  from ``os.wait4``).
+- **drain**: ``--drain-jobs`` no-op jobs by 1, 2, 4 and 8 worker processes started at once, as
+  each system's docs say to run them (N copies of its worker command; ours: one ``runjobs
+  --processes N``): throughput from the system's own start and finish timestamps, and again from
+  the spawn of the processes (start-up included), wall time, and the worker processes' CPU per
+  job (their rusage, from ``os.wait4``), net of the CPU the same processes take to start and
+  stop on an empty queue.
 
 Each system runs in child processes with its own settings (Django settings are per process); the
 drains of all systems alternate, process count by process count, so load from elsewhere on the
@@ -184,13 +186,22 @@ class SideBySide:
                                         f"VIOLATION: {name} on {db}, {processes} process(es): "
                                         f"{violation}"
                                     )
+            # Start-up and stop on an empty queue, by 1 process (the table's column) and by
+            # each count drained with (what the net CPU per job leaves out).
+            idle_counts = sorted({1, *a.process_counts})
             for name in self.live(db):
                 for series in list(self.results[db][name]["series"]):
-                    if self.results[db][name]["status"] != "ok":
-                        break
-                    figures = self.child(name, db, "idle", "--series", series)
-                    if figures is not None:
-                        self.results[db][name]["idle"][series] = figures
+                    for processes in idle_counts:
+                        if self.results[db][name]["status"] != "ok":
+                            break
+                        extra = ["--series", series, "--drain-processes", str(processes)]
+                        figures = self.child(name, db, "idle", *extra)
+                        if figures is None:
+                            continue
+                        idle = self.results[db][name]["idle"]
+                        if processes == 1:  # the first
+                            idle[series] = {**figures, "by_processes": {}}
+                        idle[series]["by_processes"][str(processes)] = figures["cpu_seconds"]
 
     def child_env(self, name: str, db: str) -> dict[str, str]:
         info = SYSTEMS[name]
@@ -257,10 +268,10 @@ class SideBySide:
         for systems in self.results.values():
             for entry in systems.values():
                 for series, runs in entry.get("drain", {}).items():
-                    start_up = entry.get("idle", {}).get(series, {}).get("cpu_seconds")
+                    idle = entry.get("idle", {}).get(series, {}).get("by_processes", {})
                     for p, figures in runs.items():
-                        if start_up is not None:
-                            net = figures["cpu_seconds"] - int(p) * start_up
+                        if (start_up := idle.get(p)) is not None:
+                            net = figures["cpu_seconds"] - start_up
                             figures["cpu_us_per_job_net"] = net / figures["jobs"] * 1e6
         problems = []
         ours_broken = [

@@ -63,7 +63,12 @@ def test_side_by_side_smoke_run_of_ours(tmp_path: Path) -> None:
         assert figures["wall_seconds"] > 0
         assert figures["cpu_us_per_job"] > 0
         assert figures["violations"] == []
-    assert ours["idle"]["default"]["cpu_seconds"] > 0
+    idle = ours["idle"]["default"]
+    assert idle["cpu_seconds"] > 0 and idle["processes"] == 1
+    assert sorted(idle["by_processes"]) == ["1", "2"]  # the start-up of each count drained with
+    for processes, figures in drains.items():
+        net = figures["cpu_seconds"] - idle["by_processes"][processes]
+        assert figures["cpu_us_per_job_net"] == pytest.approx(net / 40 * 1e6)
     assert ours["enqueue"]["single"]["jobs_per_s"] > 0
     assert ours["latency"]["jobs"] == 5  # woken everywhere: NOTIFY, or the watch
     wakeup = {"postgresql": "NOTIFY", "sqlite": "watch 0.04 s", "mariadb": "watch 0.05 s"}[db]

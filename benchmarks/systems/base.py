@@ -87,6 +87,12 @@ class System:
         """Return the command of one worker process; ``burst`` ones exit when the queue is empty."""
         raise NotImplementedError
 
+    def workers_argv(self, processes: int, *, burst: bool) -> tuple[list[str], int]:
+        """Return how ``processes`` worker processes are run: a command, and how many copies of
+        it to start. By default ``processes`` copies of ``worker_argv``; a system whose own
+        documented way to run N processes is one command (a supervisor) returns that, once."""
+        return self.worker_argv(burst=burst), processes
+
     def worker_env(self, series: str) -> dict[str, str]:
         """Return the environment of the worker processes of ``series``."""
         return dict(os.environ)

@@ -163,7 +163,7 @@ def run_phase(system: System, phase: str, args: Any) -> dict[str, Any]:
             if phase == "drain":
                 return drain(system, args.series, args.drain_processes, args, log_dir)
             if phase == "idle":
-                return idle(system, args.series, args, log_dir)
+                return idle(system, args.series, args.drain_processes, args, log_dir)
         raise ValueError(f"unknown phase {phase!r}")
     finally:
         system.close()
@@ -246,15 +246,9 @@ def drain(system: System, series: str, processes: int, args: Any, log_dir: Path)
     system.load(jobs)
     system.analyze()
     until = None if system.exits_when_drained else (lambda: system.finished() >= jobs)
+    argv, copies = system.workers_argv(processes, burst=True)
     spawned = time.time()
-    run = run_workers(
-        system.worker_argv(burst=True),
-        system.worker_env(series),
-        processes,
-        log_dir,
-        args.timeout,
-        until,
-    )
+    run = run_workers(argv, system.worker_env(series), copies, log_dir, args.timeout, until)
     first, last, done = system.drain_span()
     if done != jobs:
         raise RuntimeError(f"{done} of {jobs} jobs finished after the workers exited")
@@ -279,11 +273,16 @@ def drain(system: System, series: str, processes: int, args: Any, log_dir: Path)
     }
 
 
-def idle(system: System, series: str, args: Any, log_dir: Path) -> dict[str, Any]:
-    """Return the CPU and wall seconds of one burst worker on an empty queue."""
+def idle(system: System, series: str, processes: int, args: Any, log_dir: Path) -> dict[str, Any]:
+    """Return the CPU and wall seconds of ``processes`` burst workers on an empty queue, started
+    as the drain starts them: what a drain by as many costs besides its jobs."""
     system.clear()
     until = None if system.exits_when_drained else system.workers_ready
-    run = run_workers(
-        system.worker_argv(burst=True), system.worker_env(series), 1, log_dir, args.timeout, until
-    )
-    return {"series": series, "cpu_seconds": run.cpu_seconds, "wall_seconds": run.wall_seconds}
+    argv, copies = system.workers_argv(processes, burst=True)
+    run = run_workers(argv, system.worker_env(series), copies, log_dir, args.timeout, until)
+    return {
+        "series": series,
+        "processes": processes,
+        "cpu_seconds": run.cpu_seconds,
+        "wall_seconds": run.wall_seconds,
+    }

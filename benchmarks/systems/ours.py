@@ -1,7 +1,8 @@
 """django-durable-jobs in the side-by-side benchmark (settings: ``benchmarks.systems.settings_ours``).
 
 Workers are ``python -m django runjobs --concurrency 4 [--burst]`` with every other option at its
-default. The no-op operation ``bench.noop`` (``benchmarks/benchapp/jobs.py``) returns when it
+default; N of them are one ``runjobs --processes N`` (a parent that forks N workers), as the docs
+say to run several processes on one machine. The no-op operation ``bench.noop`` (``benchmarks/benchapp/jobs.py``) returns when it
 started. After every drain each job must be ``complete`` with ``attempts = 1``, ``fencing_epoch = 1``
 and exactly one ``JobAttempt`` row; anything else is reported as a violation.
 """
@@ -82,6 +83,12 @@ class Ours(DjangoSystem):
     def worker_argv(self, *, burst: bool) -> list[str]:
         argv = self.django_command("runjobs", "--concurrency", CONCURRENCY)
         return [*argv, "--burst"] if burst else argv
+
+    def workers_argv(self, processes: int, *, burst: bool) -> tuple[list[str], int]:
+        # As the docs say to run N processes on one machine: one ``runjobs --processes N``,
+        # whose parent sets Django up once and forks the N workers.
+        argv = self.worker_argv(burst=burst)
+        return ([*argv, "--processes", str(processes)], 1) if processes > 1 else (argv, 1)
 
     def drain_span(self) -> tuple[float, float, int]:
         from django.db.models import Max, Min

@@ -188,8 +188,8 @@ def format_report(data: dict[str, Any]) -> str:
         out += [
             "",
             "worker CPU per job, µs: user + system of the worker processes ÷ jobs (net: less "
-            "N x start-up,",
-            "the CPU s of one worker starting and stopping on an empty queue)",
+            "the CPU of the",
+            "same N starting and stopping on an empty queue; start-up: that CPU s for one process)",
             f"{'':<{width}}{head}{'start-up':>12}",
         ]
         for label, entry, series in rows:

@@ -13,6 +13,7 @@ Executors block on events (never on blind sleeps); a test waits for a job with `
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from datetime import timedelta
@@ -263,6 +264,26 @@ def test_executor_exception_fails_the_job_with_its_message(rig):
     assert job.error == f"ValueError: bad input in {job_id}"
     attempt = JobAttempt.objects.get(job_id=job_id)
     assert (attempt.outcome, attempt.error) == ("failed", job.error)
+
+
+def test_an_async_executor_is_awaited_its_checkpoint_kept_and_its_error_failed(rig):
+    m = rig.manager()
+
+    async def count(ctx):
+        await asyncio.sleep(0)
+        await ctx.acheckpoint({"at": 1})
+        return {"sum": sum(ctx.payload["n"])}
+
+    async def explode(ctx):
+        await asyncio.sleep(0)
+        raise ValueError("async and bad")
+
+    done = m.wait(m.start_job(OP, count, submission({"n": [1, 2, 3]})), WAIT)
+    # Before, the unawaited coroutine was taken for the result (and refused as unstorable).
+    assert (done.status, done.result, done.checkpoint) == ("complete", '{"sum":6}', '{"at":1}')
+    failed = m.wait(m.start_job(OP, explode), WAIT)
+    assert (failed.status, failed.error) == ("failed", "ValueError: async and bad")
+    assert outcomes(failed.pk) == [(1, "failed")]
 
 
 def test_job_cancelled_without_a_request_fails_the_job(rig):

@@ -82,6 +82,15 @@ def registered_executor(operation: str) -> Executor:
     return lambda ctx: spec.func(ctx, ctx.payload)
 
 
+def in_a_thread(executor: Callable[..., Any]) -> Executor:
+    """Return ``executor`` as a thread runs it: an ``async def`` one runs to its end in an event
+    loop of its own (``async_to_sync``), as a registered ``async def`` operation in a thread does,
+    instead of returning an unawaited coroutine as its result."""
+    if inspect.iscoroutinefunction(executor):
+        return async_to_sync(executor)
+    return executor
+
+
 def runs_on_loop(operation: str) -> bool:
     """Return True when ``operation``'s function is a coroutine function (``async def``)."""
     spec = registry.get(operation)

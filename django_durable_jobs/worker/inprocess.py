@@ -27,7 +27,7 @@ from ..rules import validation
 from ..rules.errors import CapacityReached, InputInvalid, LeaseLost
 from ..rules.values import Claimed
 from ..store import DurableJobStore, Lease, Submission
-from .attempt import Executor, context_of, run_and_record
+from .attempt import Executor, context_of, in_a_thread, run_and_record
 from .connections import close_thread_connections, reset_broken_connections
 from .heartbeat import Heartbeat
 from .held import Held, HeldState
@@ -95,6 +95,8 @@ class InProcessRunner:
         self, operation: str, executor: Executor, submission: Submission | None = None
     ) -> Any:
         """Create a job owned by this runner and run ``executor(ctx)`` in a thread; return its id.
+
+        An ``async def`` executor runs to its end in an event loop of that thread.
 
         An identical earlier submission returns that job's id and runs nothing, wherever and
         whenever the earlier job ran.
@@ -258,7 +260,7 @@ class InProcessRunner:
         entry.ctx = context_of(self.store, entry.claim, entry.cancel)
         thread = threading.Thread(
             target=self._run_attempt,
-            args=(entry, executor),
+            args=(entry, in_a_thread(executor)),
             name=f"durable-job-{lease.job_id}",
             daemon=True,
         )

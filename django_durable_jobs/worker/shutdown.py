@@ -30,6 +30,18 @@ PARENT_STOP = signal.SIGUSR1
 PARENT_CANCEL = signal.SIGUSR2
 
 
+def ignore_parent_requests() -> None:
+    """Ignore ``PARENT_STOP`` and ``PARENT_CANCEL`` from now on, in a ``runjobs`` process whose
+    worker has stopped and which has only to exit.
+
+    The parent of ``--processes`` repeats its request each second, for a child that was still
+    starting and missed it; one that arrived after the worker restored the default handlers would
+    end the child by the signal's default action instead of with its own exit status.
+    """
+    for signum in (PARENT_STOP, PARENT_CANCEL):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 class Shutdown:
     """A worker's graceful stop: stop claiming, release what never started, cancel on request.
 

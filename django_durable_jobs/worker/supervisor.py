@@ -4,11 +4,11 @@ The parent runs no jobs and opens no database connection. It starts N children (
 single-process ``runjobs`` with the same options), and supervises them:
 
 * the **first** N children are forked from the parent, which has set up Django and checked the
-  options already, when it can (``os.fork`` exists and the parent runs no other thread; under
-  ``--metrics-port`` its children must import prometheus-client afresh): a child then starts in
-  milliseconds instead of importing Django again, and shares the parent's pages until it writes
-  them. A child started later (a replacement), or when forking cannot be done, is a new
-  interpreter running ``child_command`` (``--processes=1``);
+  options already, when it can: ``os.fork`` exists, the parent runs no other thread, and
+  ``--metrics-port`` is off (its children must import prometheus-client afresh). A forked child
+  starts in milliseconds instead of importing Django again, and shares the parent's pages until
+  it writes them. A child started later (a replacement), or when forking cannot be done, is a
+  new interpreter running ``child_command`` (``--processes=1``);
 
 * a child that **dies** (an exit code other than 0, or a signal: a job calling ``os._exit()``,
   the OOM killer, SIGKILL) is reaped at once and logged at WARNING with its pid and how it ended,
@@ -329,6 +329,14 @@ class Supervisor:
         logger.info("supervising %d worker processes; SIGTERM/Ctrl-C stops them", len(self.places))
         with _held_signals():  # forked before the relay thread exists, and none lost meanwhile
             fork = self.forked is not None and can_fork()
+            if self.forked is not None and not fork:
+                logger.info(
+                    "worker processes start as new interpreters, not forked: %s",
+                    "this system has no os.fork"
+                    if not hasattr(os, "fork")
+                    else f"this process runs {threading.active_count()} threads, and a thread "
+                    "holding a lock while the process forks would leave the child waiting for it",
+                )
             for place in self.places:
                 self._start(place, fork=fork)
             restore = relay_signals(

@@ -14,11 +14,13 @@ Restart pauses are shortened with ``--restart-delay``; tests wait on log lines a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,8 @@ from django_durable_jobs.worker.supervisor import (
     MAX_RESTART_DELAY,
     RestartRule,
     Restarts,
+    Supervisor,
+    can_fork,
     child_command,
     ending,
     exit_status,
@@ -98,6 +102,48 @@ def test_a_stopped_worker_process_outlives_a_late_repeat_of_its_parents_request(
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "still here\n"), done.stderr
+
+
+def _supervised(forked, caplog, children: int = 2) -> int:
+    """Run a ``--burst`` Supervisor in this process whose spawned children exit 0 at once."""
+    command = [sys.executable, "-c", "pass"]
+    supervisor = Supervisor(
+        command, children, RestartRule(restart_delay=0.0), burst=True, forked=forked
+    )
+    with caplog.at_level(logging.INFO, logger="django_durable_jobs.worker"):
+        return supervisor.run()
+
+
+def test_forked_children_run_the_function_and_exit_with_what_it_returns_or_raised(caplog, capfd):
+    if not can_fork():  # something of the suite left a thread running in this process
+        pytest.skip(f"this process runs {threading.active_count()} threads")
+
+    def child() -> int:
+        raise RuntimeError("from the forked child")
+
+    assert _supervised(child, caplog) == 0  # both die (exit 1); their replacements exit 0
+    starts = [r.getMessage() for r in caplog.records if " started: pid " in r.getMessage()]
+    assert [m.endswith("(forked)") for m in starts] == [True, True, False, False], starts
+    assert caplog.text.count("died: exit code 1 after") == 2, caplog.text
+    err = capfd.readouterr().err
+    assert err.count("RuntimeError: from the forked child") == 2, err  # its traceback, printed
+
+    caplog.clear()
+    assert _supervised(lambda: 0, caplog, children=3) == 0
+    assert caplog.text.count("(forked)") == 3 and "died" not in caplog.text, caplog.text
+
+
+def test_a_parent_running_another_thread_starts_new_interpreters_and_says_why(caplog):
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert _supervised(lambda: 0, caplog) == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert re.search(r"not forked: this process runs \d+ threads", caplog.text), caplog.text
+    assert "(forked)" not in caplog.text and caplog.text.count("started: pid") == 2
 
 
 def test_children_run_one_process_each_whatever_the_spelling():

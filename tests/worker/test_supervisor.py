@@ -14,13 +14,11 @@ Restart pauses are shortened with ``--restart-delay``; tests wait on log lines a
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -33,8 +31,6 @@ from django_durable_jobs.worker.supervisor import (
     MAX_RESTART_DELAY,
     RestartRule,
     Restarts,
-    Supervisor,
-    can_fork,
     child_command,
     ending,
     exit_status,
@@ -104,46 +100,61 @@ def test_a_stopped_worker_process_outlives_a_late_repeat_of_its_parents_request(
     assert (done.returncode, done.stdout) == (0, "still here\n"), done.stderr
 
 
-def _supervised(forked, caplog, children: int = 2) -> int:
-    """Run a ``--burst`` Supervisor in this process whose spawned children exit 0 at once."""
+# A Supervisor run in a fresh interpreter (the test process may run threads of earlier tests,
+# which make the supervisor spawn instead): Django set up, burst, children spawned by the command
+# line ``python -c pass`` exit 0 at once. The log goes to stdout, a child's traceback to stderr.
+SUPERVISED = """
+import django, logging, sys
+django.setup()
+logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+from django_durable_jobs.worker.supervisor import RestartRule, Supervisor
+def supervise(forked, children):
+    rule = RestartRule(restart_delay=0.0)
     command = [sys.executable, "-c", "pass"]
-    supervisor = Supervisor(
-        command, children, RestartRule(restart_delay=0.0), burst=True, forked=forked
+    print("exit", Supervisor(command, children, rule, burst=True, forked=forked).run())
+def child():
+    raise RuntimeError("from the forked child")
+{body}
+"""
+
+
+def _supervised(body: str) -> subprocess.CompletedProcess:
+    script = SUPERVISED.format(body=body)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
-    with caplog.at_level(logging.INFO, logger="django_durable_jobs.worker"):
-        return supervisor.run()
 
 
-def test_forked_children_run_the_function_and_exit_with_what_it_returns_or_raised(caplog, capfd):
-    if not can_fork():  # something of the suite left a thread running in this process
-        pytest.skip(f"this process runs {threading.active_count()} threads")
-
-    def child() -> int:
-        raise RuntimeError("from the forked child")
-
-    assert _supervised(child, caplog) == 0  # both die (exit 1); their replacements exit 0
-    starts = [r.getMessage() for r in caplog.records if " started: pid " in r.getMessage()]
-    assert [m.endswith("(forked)") for m in starts] == [True, True, False, False], starts
-    assert caplog.text.count("died: exit code 1 after") == 2, caplog.text
-    err = capfd.readouterr().err
-    assert err.count("RuntimeError: from the forked child") == 2, err  # its traceback, printed
-
-    caplog.clear()
-    assert _supervised(lambda: 0, caplog, children=3) == 0
-    assert caplog.text.count("(forked)") == 3 and "died" not in caplog.text, caplog.text
+def _starts_of(log: str) -> list[bool]:
+    """Return, for each child the log says started, whether it was forked."""
+    return [line.endswith("(forked)") for line in log.splitlines() if " started: pid " in line]
 
 
-def test_a_parent_running_another_thread_starts_new_interpreters_and_says_why(caplog):
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait)
-    thread.start()
-    try:
-        assert _supervised(lambda: 0, caplog) == 0
-    finally:
-        stop.set()
-        thread.join()
-    assert re.search(r"not forked: this process runs \d+ threads", caplog.text), caplog.text
-    assert "(forked)" not in caplog.text and caplog.text.count("started: pid") == 2
+def test_forked_children_run_the_function_and_exit_with_what_it_returns_or_raised():
+    run = _supervised("supervise(child, 2)\nsupervise(lambda: 0, 3)")
+    assert run.returncode == 0, run.stderr
+    first, second = run.stdout.split("exit 0\n")[:2]
+    # Both forked children raise: each dies with exit 1, its traceback printed, and its
+    # replacement (a new interpreter) exits 0.
+    assert _starts_of(first) == [True, True, False, False], run.stdout
+    assert first.count("died: exit code 1 after") == 2, run.stdout
+    assert run.stderr.count("RuntimeError: from the forked child") == 2, run.stderr
+    # Forked children that return 0 are done; nothing else starts.
+    assert _starts_of(second) == [True, True, True] and "died" not in second, run.stdout
+
+
+def test_a_parent_running_another_thread_starts_new_interpreters_and_says_why():
+    run = _supervised(
+        "import threading\n"
+        "stop = threading.Event()\n"
+        "thread = threading.Thread(target=stop.wait)\n"
+        "thread.start()\n"
+        "supervise(lambda: 0, 2)\n"
+        "stop.set()"
+    )
+    assert run.returncode == 0 and "exit 0" in run.stdout, run.stdout + run.stderr
+    assert "not forked: this process runs 2 threads" in run.stdout, run.stdout
+    assert _starts_of(run.stdout) == [False, False], run.stdout
 
 
 def test_children_run_one_process_each_whatever_the_spelling():

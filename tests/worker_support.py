@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from django.db import connection
 
 from django_durable_jobs.models import Job, JobAttempt, WorkerProcess
 from tests.support import REPO_ROOT, WAIT_TIMEOUT, wait_for
@@ -134,11 +137,21 @@ class RunJobs:
 
         The worker row is the last write of each cycle; the next one is lease/3 seconds away,
         and a ``--concurrency 1`` worker whose slot is taken does not touch the database in
-        between. Stopping it there means no transaction (on SQLite: no write lock) is frozen.
+        between. One whose job runs on the event loop still claims for its free thread slot,
+        though: on SQLite, where a claim holds the database's write lock, a stop that froze
+        one would keep every other writer waiting, so the stop is checked there (the lock
+        taken once) and, when it froze a write, undone and tried again at the next cycle.
         """
-        seen = self.wait_for_row().heartbeat_at
-        wait_for(lambda: self.row().heartbeat_at != seen, f"a heartbeat of {self.name}")
-        self.send(signal.SIGSTOP)
+        for _ in range(10):
+            seen = self.wait_for_row().heartbeat_at
+            wait_for(
+                lambda seen=seen: self.row().heartbeat_at != seen, f"a heartbeat of {self.name}"
+            )
+            self.send(signal.SIGSTOP)
+            if not _sqlite_write_locked():
+                return
+            self.send(signal.SIGCONT)
+        raise AssertionError(f"{self.name} held SQLite's write lock at each of 10 stops")
 
     def kill_group(self) -> None:
         """Kill the process and anything it started (teardown; the group id is its pid)."""
@@ -151,6 +164,22 @@ class RunJobs:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _sqlite_write_locked() -> bool:
+    """Return True when another connection holds the test database's write lock (SQLite only;
+    False elsewhere, where a frozen empty claim locks no row another worker needs)."""
+    if connection.vendor != "sqlite":
+        return False
+    probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:  # "database is locked"
+        return True
+    finally:
+        probe.close()
 
 
 class WorkerPool:

@@ -30,16 +30,25 @@ PARENT_STOP = signal.SIGUSR1
 PARENT_CANCEL = signal.SIGUSR2
 
 
-def ignore_parent_requests() -> None:
-    """Ignore ``PARENT_STOP`` and ``PARENT_CANCEL`` from now on, in a ``runjobs`` process whose
-    worker has stopped and which has only to exit.
+def restore_ignoring_parent_requests(restore: Callable[[], None]) -> None:
+    """Call ``restore`` (the worker's signal handlers undone), then ignore ``PARENT_STOP`` and
+    ``PARENT_CANCEL`` from now on: for a ``runjobs`` process whose worker has stopped and which
+    has only to exit.
 
     The parent of ``--processes`` repeats its request each second, for a child that was still
-    starting and missed it; one that arrived after the worker restored the default handlers would
-    end the child by the signal's default action instead of with its own exit status.
+    starting and missed it; one that arrived once the default handlers were back would end the
+    child by the signal's default action instead of with its own exit status. Both are held
+    (blocked) from before ``restore`` until they are ignored, so none lands in between; one held
+    meanwhile is discarded.
     """
-    for signum in (PARENT_STOP, PARENT_CANCEL):
-        signal.signal(signum, signal.SIG_IGN)
+    requests = {PARENT_STOP, PARENT_CANCEL}
+    signal.pthread_sigmask(signal.SIG_BLOCK, requests)
+    try:
+        restore()
+        for signum in requests:
+            signal.signal(signum, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, requests)
 
 
 class Shutdown:

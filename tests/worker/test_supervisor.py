@@ -89,9 +89,11 @@ def test_a_stopped_worker_process_outlives_a_late_repeat_of_its_parents_request(
     script = (
         "import os, django\n"
         "django.setup()\n"
-        "from django_durable_jobs.worker import ignore_parent_requests\n"
+        "from django_durable_jobs.worker import restore_ignoring_parent_requests\n"
         "from django_durable_jobs.worker.shutdown import PARENT_CANCEL, PARENT_STOP\n"
-        "ignore_parent_requests()\n"
+        "restored = []\n"
+        "restore_ignoring_parent_requests(lambda: restored.append(True))\n"
+        "assert restored == [True]\n"
         "for signum in (PARENT_STOP, PARENT_CANCEL, PARENT_STOP):\n"
         "    os.kill(os.getpid(), signum)\n"
         "print('still here')\n"

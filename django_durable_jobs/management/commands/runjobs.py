@@ -28,7 +28,7 @@ from ...worker import (
     WorkerOptions,
     check_processes,
     check_schedules,
-    ignore_parent_requests,
+    restore_ignoring_parent_requests,
     setting_lease_seconds,
     summary_line,
     supervise,
@@ -258,9 +258,10 @@ class Command(BaseCommand):
         try:
             worker.run()
         finally:  # as before the command: it may run inside a process that goes on (call_command)
-            restore_signal_handlers()
             if getattr(self, "_called_from_command_line", False):  # this process ends now
-                ignore_parent_requests()
+                restore_ignoring_parent_requests(restore_signal_handlers)
+            else:
+                restore_signal_handlers()
         if options["burst"] and options["verbosity"] >= 1:
             elapsed = time.monotonic() - started
             line = summary_line(worker.ended_counts(), elapsed, abandoned=worker.abandoned)

@@ -18,7 +18,7 @@ from .options import (
 from .reports import AttemptReport, ExecutionReport, Unwritten, summary_line
 from .reports import deprecated as _deprecated
 from .runner import Worker
-from .shutdown import restore_ignoring_parent_requests
+from .shutdown import ignore_parent_requests
 from .supervisor import (
     CRASH_LOOP_DEATHS,
     CRASH_LOOP_SECONDS,
@@ -44,7 +44,7 @@ __all__ = [
     "WorkerOptions",
     "check_processes",
     "check_schedules",
-    "restore_ignoring_parent_requests",
+    "ignore_parent_requests",
     "setting_lease_seconds",
     "summary_line",
     "supervise",

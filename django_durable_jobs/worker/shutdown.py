@@ -30,25 +30,17 @@ PARENT_STOP = signal.SIGUSR1
 PARENT_CANCEL = signal.SIGUSR2
 
 
-def restore_ignoring_parent_requests(restore: Callable[[], None]) -> None:
-    """Call ``restore`` (the worker's signal handlers undone), then ignore ``PARENT_STOP`` and
-    ``PARENT_CANCEL`` from now on: for a ``runjobs`` process whose worker has stopped and which
-    has only to exit.
+def ignore_parent_requests() -> None:
+    """Ignore ``PARENT_STOP`` and ``PARENT_CANCEL`` until a handler is installed for them.
 
-    The parent of ``--processes`` repeats its request each second, for a child that was still
-    starting and missed it; one that arrived once the default handlers were back would end the
-    child by the signal's default action instead of with its own exit status. Both are held
-    (blocked) from before ``restore`` until they are ignored, so none lands in between; one held
-    meanwhile is discarded.
+    For a ``runjobs`` process that ends with its worker, called just before the worker installs
+    its handlers, so that undoing them restores this instead of the default action. The parent
+    of ``--processes`` repeats its request each second, for a child that was still starting and
+    missed it; a repeat that arrived after the worker had stopped would otherwise end the child
+    by the signal ("terminate", in whichever thread took it) instead of with its own exit status.
     """
-    requests = {PARENT_STOP, PARENT_CANCEL}
-    signal.pthread_sigmask(signal.SIG_BLOCK, requests)
-    try:
-        restore()
-        for signum in requests:
-            signal.signal(signum, signal.SIG_IGN)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, requests)
+    for signum in (PARENT_STOP, PARENT_CANCEL):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 class Shutdown:

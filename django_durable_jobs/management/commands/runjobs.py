@@ -28,7 +28,7 @@ from ...worker import (
     WorkerOptions,
     check_processes,
     check_schedules,
-    restore_ignoring_parent_requests,
+    ignore_parent_requests,
     setting_lease_seconds,
     summary_line,
     supervise,
@@ -247,6 +247,8 @@ class Command(BaseCommand):
             worker = Worker(worker_options, report=lambda line: self.stdout.write(printable(line)))
         except (ValueError, JobError) as exc:
             raise CommandError(getattr(exc, "message", str(exc))) from exc
+        if getattr(self, "_called_from_command_line", False):  # this process ends with it:
+            ignore_parent_requests()  # what undoing the worker's handlers will restore
         restore_signal_handlers = worker.install_signal_handlers()
         if options["verbosity"] >= 1:
             self.stdout.write(
@@ -258,10 +260,7 @@ class Command(BaseCommand):
         try:
             worker.run()
         finally:  # as before the command: it may run inside a process that goes on (call_command)
-            if getattr(self, "_called_from_command_line", False):  # this process ends now
-                restore_ignoring_parent_requests(restore_signal_handlers)
-            else:
-                restore_signal_handlers()
+            restore_signal_handlers()
         if options["burst"] and options["verbosity"] >= 1:
             elapsed = time.monotonic() - started
             line = summary_line(worker.ended_counts(), elapsed, abandoned=worker.abandoned)

@@ -86,7 +86,7 @@ __all__ = [
     "Restarts",
     "Forked",
     "Supervisor",
-    "can_fork",
+    "cannot_fork",
     "child_command",
     "ending",
     "exit_status",
@@ -198,10 +198,18 @@ def supervise(
     return Supervisor(command, processes, rule, burst=burst, on_exit=on_exit, forked=forked).run()
 
 
-def can_fork() -> bool:
-    """Return True where a child can be forked safely: ``os.fork`` exists, and this process runs
-    no other thread (one could hold a lock the child would then wait for forever)."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+def cannot_fork() -> str | None:
+    """Return why a child cannot be forked safely here, or None where it can: ``os.fork`` exists,
+    and this process runs no other thread (one could hold a lock the child would then wait for
+    forever)."""
+    if not hasattr(os, "fork"):
+        return "this system has no os.fork"
+    if (threads := threading.active_count()) > 1:
+        return (
+            f"this process runs {threads} threads, and a thread holding a lock while the "
+            "process forks would leave the child waiting for it"
+        )
+    return None
 
 
 class Forked:
@@ -328,15 +336,10 @@ class Supervisor:
         """
         logger.info("supervising %d worker processes; SIGTERM/Ctrl-C stops them", len(self.places))
         with _held_signals():  # forked before the relay thread exists, and none lost meanwhile
-            fork = self.forked is not None and can_fork()
-            if self.forked is not None and not fork:
-                logger.info(
-                    "worker processes start as new interpreters, not forked: %s",
-                    "this system has no os.fork"
-                    if not hasattr(os, "fork")
-                    else f"this process runs {threading.active_count()} threads, and a thread "
-                    "holding a lock while the process forks would leave the child waiting for it",
-                )
+            why_not = cannot_fork() if self.forked is not None else None
+            if why_not is not None:
+                logger.info("worker processes start as new interpreters, not forked: %s", why_not)
+            fork = self.forked is not None and why_not is None
             for place in self.places:
                 self._start(place, fork=fork)
             restore = relay_signals(

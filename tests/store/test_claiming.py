@@ -156,6 +156,32 @@ def test_repeated_claims_are_prepared_on_postgresql_and_still_seen_by_django(sto
 
 
 @postgresql_only
+def test_a_prepared_claim_binds_only_what_changes_so_postgresql_plans_it_once(store, rival):
+    # Its constants (statuses, operations, bounds) are written into the statement: bound, they
+    # kept a generic plan from using a partial index, and PostgreSQL planned the claim anew at
+    # every call (1.1-1.6 ms). Only the clock, the scope's turn and the claim's new values stay.
+    connection.close()
+    jobs = backlog(store, 4)
+    taken = []
+    for _ in range(10):
+        taken += store.claim_batch(limit=1, resume_expired=[])
+    assert [c.job_id for c in taken] == [j.pk for j in jobs]  # then nothing: the probe ran too
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, parameter_types::text[], generic_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE 'WITH claim AS%%' OR statement LIKE 'SELECT EXISTS (%%'"
+        )
+        found = cursor.fetchall()
+    assert sorted(statement.split(" ", 2)[1] for statement, _, _ in found) == ["EXISTS", "claim"]
+    changing = {"timestamp with time zone", "character varying", "text"}
+    for statement, types, generic_plans in found:
+        assert set(types) <= changing, (types, statement)
+        assert "'pending'" in statement, statement
+        assert generic_plans > 0, statement  # planned once, then only run
+    assert {c.job_id for c in rival.claim_batch(limit=5, resume_expired=[])} == set()
+
+
+@postgresql_only
 @pytest.mark.parametrize(
     "opt_out",
     [

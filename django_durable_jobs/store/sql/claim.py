@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +13,7 @@ from django.db.models.expressions import RawSQL
 
 from ...database.dbvendor import (
     can_update_returning,
+    constants_written,
     lock_for_update,
     planned_once_cursor,
     quote,
@@ -78,9 +80,10 @@ class ClaimStatement:
             intact_sql, intact_params = intact.query.get_compiler(using).as_sql()
             sql = f"WITH claim AS MATERIALIZED ({sql}), intact AS ({intact_sql})"
             params = (*params, *intact_params)
-        now_at = _clock_positions(using, params)
-        turn_at = frozenset(n for n, value in enumerate(params) if value == _TURN_SENTINEL)
-        return cls(sql, tuple(params), now_at, turn_at, returning)
+        changing = _clock_positions(using, params) | _turn_positions(params)
+        sql, params = constants_written(using, sql, params, changing)
+        now_at, turn_at = _clock_positions(using, params), _turn_positions(params)
+        return cls(sql, params, now_at, turn_at, returning)
 
     def _bind(self, using: str, now: datetime, turn: str) -> list:
         value = connections[using].ops.adapt_datetimefield_value(now)
@@ -139,7 +142,10 @@ class ProbeStatement:
             sql, part = candidates.query.exists().get_compiler(using).as_sql()
             parts.append(f"EXISTS ({sql})")
             params.extend(part)
-        return cls("SELECT " + " OR ".join(parts), tuple(params), _clock_positions(using, params))
+        sql, params = constants_written(
+            using, "SELECT " + " OR ".join(parts), params, _clock_positions(using, params)
+        )
+        return cls(sql, params, _clock_positions(using, params))
 
     def any(self, using: str, now: datetime) -> bool:
         """Return True when any of the candidate sets has a row at ``now``."""
@@ -150,7 +156,12 @@ class ProbeStatement:
             return bool(cursor.fetchone()[0])
 
 
-def _clock_positions(using: str, params: list) -> frozenset[int]:
+def _turn_positions(params: Sequence[Any]) -> frozenset[int]:
+    """Return where the turn's scope (compiled as ``_TURN_SENTINEL``) sits in ``params``."""
+    return frozenset(n for n, value in enumerate(params) if value == _TURN_SENTINEL)
+
+
+def _clock_positions(using: str, params: Sequence[Any]) -> frozenset[int]:
     """Return where the clock's value (compiled as ``_SENTINEL``) sits in ``params``."""
     marker = connections[using].ops.adapt_datetimefield_value(_SENTINEL)
     return frozenset(n for n, value in enumerate(params) if value == marker)

@@ -19,12 +19,17 @@ from collections.abc import Callable
 
 __all__ = ["relay_signals"]
 
+RELAY_END_SECONDS = 5.0  # how long a restore waits for the relay thread's last actions
+
 
 def relay_signals(actions: dict[int, Callable[[int], None]]) -> Callable[[], None]:
     """Install a handler for each signal of ``actions`` that runs ``actions[signum](signum)`` in a
     relay thread; return a function that restores the previous handlers.
 
-    Main thread only (where Python allows installing handlers).
+    The restore ends the relay thread too, once it has acted on the signals already received
+    (waiting for it up to ``RELAY_END_SECONDS``): a process that forks next, as ``runjobs
+    --processes`` does, must run no other thread. Main thread only (where Python allows
+    installing handlers).
     """
     read_end, write_end = os.pipe()
     signums = list(actions)
@@ -40,12 +45,15 @@ def relay_signals(actions: dict[int, Callable[[int], None]]) -> Callable[[], Non
     def handle(signum: int, frame: object) -> None:
         os.write(write_end, bytes([signums.index(signum)]))
 
-    threading.Thread(target=relay, name="durable-jobs-signals", daemon=True).start()
+    relaying = threading.Thread(target=relay, name="durable-jobs-signals", daemon=True)
+    relaying.start()
     previous = {signum: signal.signal(signum, handle) for signum in signums}
 
     def restore() -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         os.close(write_end)  # the relay thread reads EOF and ends
+        if threading.current_thread() is not relaying:
+            relaying.join(RELAY_END_SECONDS)
 
     return restore

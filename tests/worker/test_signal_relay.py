@@ -77,6 +77,8 @@ def test_relayed_signals_are_acted_on_in_order_and_handlers_restored():
             time.sleep(0.05)
         assert done.wait(5), seen
         restore()
+        relays = [t for t in threading.enumerate() if t.name == "durable-jobs-signals"]
+        assert relays == [], relays  # ended: a fork that follows runs no other thread
         print(",".join(seen), signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL, flush=True)
     """)
     done = subprocess.run(

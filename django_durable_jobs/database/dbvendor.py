@@ -257,10 +257,10 @@ def constants_written(
     PostgreSQL keeps a prepared statement's generic plan, planned once, only when it costs about
     what a plan for the values at hand would. The claim compiled by the ORM bound every constant
     (its statuses, operations, bounds), so a generic plan could not use a partial index whose
-    condition names a status, and PostgreSQL planned the claim again at every call: 1.1-1.6 ms
-    of an idle worker's wake-up, and of the database's CPU at every claim of a drain. With the
-    constants in the text, only what changes from call to call (the clock, the scope's turn)
-    stays a parameter. Elsewhere ``sql`` and ``params`` are returned as they are.
+    condition names a status, and PostgreSQL planned the claim again at every call (1.1-1.6 ms
+    of the database's CPU a claim, in its log). With the constants in the text, only what
+    changes from call to call (the clock, the scope's turn) stays a parameter. Elsewhere
+    ``sql`` and ``params`` are returned as they are.
     """
     connection = connections[using]
     if not _prepares(connection) or not params:

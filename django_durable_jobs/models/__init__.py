@@ -136,9 +136,10 @@ class Job(models.Model):
             # Django would otherwise warn about on every command (models.W037). Nor is
             # durable_jobs_operation_claim_idx, one operation's pending rows in claim order (the
             # claim of rate-limited work, a worker's --operations), made by migration 0018.
-            # Nor are two indexes of what few rows hold, made partial by migration 0019 where
-            # the database has partial indexes (plain on MariaDB): durable_jobs_lease_idx on
-            # (status, lease_expires_at), the leased rows, for the expired-lease scan; and
+            # Nor are two indexes made partial by migration 0019 where the database has partial
+            # indexes (plain on MariaDB): durable_jobs_lease_idx on (status, lease_expires_at),
+            # the jobs ever claimed (an ended job keeps its last lease expiry), for the
+            # expired-lease scan; and
             # durable_jobs_unique_key_idx on (unique_key, scope, operation, created_at), the
             # window of an operation unique for a while: its latest job of a key.
         ]

@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 
 import pytest
+from django.core.checks import Tags
 from django.db import OperationalError
 
 from django_durable_jobs import submit
+from django_durable_jobs.management.commands.runjobs import Command
 from django_durable_jobs.models import Job, WorkerProcess
 from django_durable_jobs.worker.startup import DatabaseUnusable, until_reachable
 from tests.settings import TEST_DB
@@ -243,6 +245,23 @@ def test_an_unknown_jobs_database_alias_fails_fast(start_worker):
     assert worker.wait(timeout=FAIL_FAST) == 1, worker.logs()
     _assert_clean(worker)
     assert "nowhere" in worker.stderr()
+
+
+@pytest.mark.processes
+def test_a_worker_does_not_load_the_url_configuration_it_never_serves(start_worker):
+    # Django's URL checks import the project's whole URL configuration (views, admin, API):
+    # 0.34 s of each start of the example project. runjobs runs every other check at its start.
+    job = submit("tests.noop", {"n": 1})
+    worker = start_worker({}, settings="ROOT_URLCONF = 'tests.no_such_urls_module'")
+    assert worker.wait(timeout=FAIL_FAST) == 0, worker.logs()
+    _assert_clean(worker)
+    assert Job.objects.get(pk=job.pk).status == "complete"
+
+
+def test_runjobs_checks_every_tag_but_the_urls():
+    tags = Command().get_check_kwargs({"schedules": True})["tags"]
+    assert Tags.urls not in tags
+    assert {Tags.models, Tags.compatibility, Tags.templates} <= set(tags)  # this app's own too
 
 
 # -- the wait itself, in this process -------------------------------------------------------------

@@ -141,8 +141,7 @@ def test_forked_children_run_the_function_and_exit_with_what_it_returns_or_raise
     assert _starts_of(run.stdout) == [True, True, False, False], run.stdout
     assert run.stdout.count("died: exit code 1 after") == 2, run.stdout
     assert run.stderr.count("RuntimeError: from the forked child") == 2, run.stderr
-    # Forked children that return 0 are done; nothing else starts. (Each run in an interpreter
-    # of its own: the signal thread of one run may still be ending when the next begins.)
+    # Forked children that return 0 are done; nothing else starts.
     run = _supervised("supervise(lambda: 0, 3)")
     assert run.returncode == 0 and "exit 0" in run.stdout, run.stdout + run.stderr
     assert _starts_of(run.stdout) == [True, True, True] and "died" not in run.stdout, run.stdout

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from ..database.dbvendor import takes_json_rows
 from ..database.transactions import bounded_atomic
 from ..models import Job, JobAttempt
 from ..observability.history import fenced_writes
@@ -169,6 +170,13 @@ def end_rows(
     )
     if matched != len(endings):  # the rows are locked and checked: this cannot happen
         raise fence.changed_under_lock("ending attempts")
+    _ended(client, endings, now, retry=retry)
+
+
+def _ended(client: Client, endings: Sequence[Ending], now: datetime, *, retry: bool) -> None:
+    """Write what follows the endings of rows just ended in this transaction: each attempt's
+    history row, a failure's automatic retry (unless ``retry`` is False) and the hand-off to
+    workflow children."""
     history = [
         attempt_of(
             ending.row,
@@ -236,6 +244,8 @@ def _record(
 ) -> list[Recorded]:
     if not outcomes:
         return []
+    if _ends_in_one_statement(client, outcomes):
+        return _record_returning(client, given, outcomes, write)
     recorded: list[Recorded] = []
     with bounded_atomic(client.using):
         now = client_room.now(client)
@@ -259,6 +269,75 @@ def _record(
             endings.append(_ending(outcome, row))
             recorded.append(Recorded(asked, row.status, error=row.error))
         end_rows(client, endings, now)
+    fenced_writes(write, (ending.lease for ending in endings), accepted=True, at=now)
+    return recorded
+
+
+def _ends_in_one_statement(client: Client, outcomes: list[Outcome]) -> bool:
+    """Return True when ``outcomes`` can end their rows without reading them first.
+
+    On PostgreSQL, outcomes that complete or fail, each of its own job: what they write does not
+    depend on the row, so the fenced UPDATE can return the rows it ended instead of a locking
+    read before it (measured: the largest statement of a drain's completions). A cancellation
+    depends on the row's request; a job given twice is ended by the first of its outcomes.
+    """
+    if not takes_json_rows(client.using):
+        return False
+    ids = set()
+    for outcome in outcomes:
+        if outcome.status not in _WRITTEN_AS_IS:
+            return False
+        ids.add(outcome.lease.job_id)
+    return len(ids) == len(outcomes)
+
+
+_WRITTEN_AS_IS = (JobStatus.COMPLETE, JobStatus.FAILED)
+# The fields an outcome that completes or fails may write (each outcome writes some of them).
+_END_FIELDS = ("status", "result", "progress", "error")
+
+
+def _record_returning(
+    client: Client, given: list[Outcome], outcomes: list[Outcome], write: str
+) -> list[Recorded]:
+    """``_record`` for outcomes that complete or fail, each of its own job (PostgreSQL).
+
+    One fenced UPDATE writes every ending and returns the rows it ended; only the outcomes it
+    refused are read again, to say why.
+    """
+    rows = JobRows(client.using, client.scope)
+    each: dict[str, dict[Any, Any]] = {name: {} for name in _END_FIELDS}
+    mine = [outcome.lease for outcome in outcomes if fence.issued_to(client, outcome.lease)]
+    for outcome in outcomes:
+        job_id = outcome.lease.job_id
+        each["status"][job_id] = outcome.status
+        if outcome.status == JobStatus.COMPLETE:
+            each["result"][job_id], each["progress"][job_id] = outcome.result_json, 100.0
+        else:
+            each["error"][job_id] = outcome.error
+    recorded: list[Recorded] = []
+    with bounded_atomic(client.using):
+        now = client_room.now(client)
+        ended = {
+            row.pk: row
+            for row in rows.end_fenced(
+                mine, {"completed_at": now}, owner_id=client.owner_id, unexpired_at=now, each=each
+            )
+        }
+        missed = [o.lease.job_id for o in outcomes if o.lease.job_id not in ended]
+        found = rows.get(missed) if missed else {}
+        endings: list[Ending] = []
+        for asked, outcome in zip(given, outcomes, strict=True):
+            lease = outcome.lease
+            row = ended.get(lease.job_id)
+            if row is None:
+                fenced_writes(write, [lease], accepted=False, at=now, why="fence")
+                refusal = fence.loss_of(client, lease, found.get(lease.job_id))
+                recorded.append(Recorded(asked, None, refusal))
+                continue
+            fields = ("result", "progress") if row.status == JobStatus.COMPLETE else ("error",)
+            endings.append(Ending(lease, row, fields, outcome.error_class, outcome.traceback))
+            recorded.append(Recorded(asked, row.status, error=row.error))
+        _ended(client, endings, now, retry=True)
     fenced_writes(write, (ending.lease for ending in endings), accepted=True, at=now)
     return recorded
 

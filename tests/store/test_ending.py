@@ -145,8 +145,75 @@ def test_a_flush_is_a_handful_of_statements_however_many_rows(store):
     outcomes = [Outcome.completed(c.lease, json.dumps({"n": n})) for n, c in enumerate(claimed)]
     with CaptureQueriesContext(connection) as queries:
         store.record_outcomes(outcomes)
-    assert len(statements(queries.captured_queries)) == 3  # lock rows, update, insert history
+    sql = statements(queries.captured_queries)
+    if connection.vendor == "postgresql":
+        # No locking read first: the fenced UPDATE locks, ends and returns the rows.
+        assert len(sql) == 2 and "RETURNING" in sql[0]  # update, insert history
+    else:
+        assert len(sql) == 3  # lock rows, update, insert history
     assert Job.objects.filter(status="complete").count() == 30
+
+
+def test_a_flush_explains_each_refusal_and_ends_the_rest(store, rival, clock):
+    # Every way a lease is lost, in one flush of completions and failures beside held leases:
+    # each refused outcome says why and changes nothing; the held ones end with their history.
+    jobs = backlog(store, 6)
+    claimed = {c.job_id: c.lease for c in store.claim_batch(limit=6, resume_expired=[])}
+    held_done, held_failed, taken, ended, expired, unknown = (claimed[j.pk] for j in jobs)
+    clock.advance(LEASE + 1)  # every lease expires; the rival takes one job over
+    Job.objects.exclude(pk=taken.job_id).update(lease_expires_at=clock() + LEASE_DELTA)
+    [again] = rival.claim_next(limit=1, resume_expired=[OP])
+    assert again.job_id == taken.job_id
+    Job.objects.filter(pk=expired.job_id).update(lease_expires_at=clock())  # runs out now
+    store.complete(ended, "0")
+    gone = type(unknown)(uuid.uuid4(), unknown.owner_id, unknown.epoch, unknown.expires_at)
+    before = {row.pk: row for row in Job.objects.all()}
+    history_before = set(JobAttempt.objects.values_list("job_id", "epoch", "outcome"))
+
+    results = store.record_outcomes(
+        [
+            Outcome.completed(held_done, '"done"'),
+            Outcome.completed(taken, '"late"'),
+            Outcome.failed(ended, "twice"),
+            Outcome.completed(expired, '"late"'),
+            Outcome.failed(gone, "nobody"),
+            Outcome.failed(held_failed, "RuntimeError: no"),
+        ]
+    )
+
+    assert [r.status for r in results] == ["complete", None, None, None, None, "failed"]
+    why = [r.refusal.message for r in results[1:5]]
+    assert all(isinstance(r.refusal, LeaseLost) for r in results[1:5])
+    assert "claimed again by worker-b" in why[0]
+    assert "already complete" in why[1]
+    assert "lease expired" in why[2]
+    assert "no such job" in why[3]
+    for lease in (taken, ended, expired):
+        after, was = Job.objects.get(pk=lease.job_id), before[lease.job_id]
+        assert (after.status, after.owner_id, after.fencing_epoch, after.result, after.error) == (
+            was.status,
+            was.owner_id,
+            was.fencing_epoch,
+            was.result,
+            was.error,
+        )
+    done, failed = Job.objects.get(pk=held_done.job_id), Job.objects.get(pk=held_failed.job_id)
+    assert (done.status, done.result, done.progress, done.completed_at) == (
+        "complete",
+        '"done"',
+        100.0,
+        clock(),
+    )
+    assert (failed.status, failed.error, failed.result) == ("failed", "RuntimeError: no", None)
+    assert (results[0].error, results[5].error) == (None, "RuntimeError: no")
+    written = set(JobAttempt.objects.values_list("job_id", "epoch", "outcome")) - history_before
+    assert written == {(held_done.job_id, 1, "complete"), (held_failed.job_id, 1, "failed")}
+    snapshot = JobAttempt.objects.get(job_id=held_done.job_id).snapshot
+    assert (snapshot["status"], snapshot["result"], snapshot["progress"]) == (
+        "complete",
+        '"done"',
+        100.0,
+    )
 
 
 def test_a_value_that_is_no_outcome_refuses_the_whole_flush(store):

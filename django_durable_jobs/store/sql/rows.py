@@ -207,15 +207,7 @@ class JobRows:
             return 0
         connection = connections[self.using]
         meta = Job._meta
-        assignments, values = [], []
-        for name, value in changes.items():
-            field = meta.get_field(name)
-            column = quote(self.using, field.column)
-            if value is DECREMENT:
-                assignments.append(f"{column} = {column} - 1")
-            else:
-                assignments.append(f"{column} = %s")
-                values.append(field.get_db_prep_save(value, connection))
+        assignments, values = self._assignments(changes)
         if takes_json_rows(self.using):
             return self._update_fenced_json(
                 leases, assignments, values, owner_id, unexpired_at, each
@@ -256,6 +248,21 @@ class JobRows:
     def _bare(self, name: str) -> str:
         return name
 
+    def _assignments(self, changes: dict[str, Any]) -> tuple[list[str], list]:
+        """Return the SET items of ``changes`` (the same value for every row), and their values."""
+        connection = connections[self.using]
+        meta = Job._meta
+        assignments, values = [], []
+        for name, value in changes.items():
+            field = meta.get_field(name)
+            column = quote(self.using, field.column)
+            if value is DECREMENT:
+                assignments.append(f"{column} = {column} - 1")
+            else:
+                assignments.append(f"{column} = %s")
+                values.append(field.get_db_prep_save(value, connection))
+        return assignments, values
+
     def _update_fenced_json(
         self,
         leases: Sequence[Lease],
@@ -264,8 +271,11 @@ class JobRows:
         owner_id: str,
         unexpired_at: datetime | None,
         each: dict[str, dict[Any, Any]] | None,
-    ) -> int:
-        """``update_fenced`` where the per-row values travel as one JSON document (PostgreSQL).
+        *,
+        returning: bool = False,
+    ) -> Any:
+        """``update_fenced`` where the per-row values travel as one JSON document (PostgreSQL);
+        with ``returning``, the rows it changed (as changed) instead of their count.
 
         Each row of it names a job, its lease's epoch and the values ``each`` gives that job
         (with a flag per field saying whether it gives one); a row changes only where the job is
@@ -312,9 +322,36 @@ class JobRows:
             f"FROM {json_rows('v', ', '.join(shape))} "
             f"WHERE {' AND '.join(where)}"
         )
+        params = [*owned_params, *values, json.dumps(rows)]
+        if returning:
+            return fetch_jobs(self.using, f"{sql} RETURNING {self.columns}", params)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*owned_params, *values, json.dumps(rows)])
+            cursor.execute(sql, params)
             return cursor.rowcount
+
+    def end_fenced(
+        self,
+        leases: Sequence[Lease],
+        changes: dict[str, Any],
+        *,
+        owner_id: str,
+        unexpired_at: datetime,
+        each: dict[str, dict[Any, Any]],
+    ) -> list[Job]:
+        """``update_fenced`` returning the rows it changed, as changed: one statement, no
+        locking read before it (PostgreSQL only: :func:`~..database.dbvendor.takes_json_rows`).
+
+        The fence is the UPDATE's (its rows locked in id order, then matched by id and epoch);
+        a lease not in the result was not held.
+        """
+        if not takes_json_rows(self.using):
+            raise ValueError("end_fenced() needs PostgreSQL's UPDATE … RETURNING of JSON rows.")
+        if not leases:
+            return []
+        assignments, values = self._assignments(changes)
+        return self._update_fenced_json(
+            leases, assignments, values, owner_id, unexpired_at, each, returning=True
+        )
 
 
 def update_by_ids(rows: QuerySet, **changes: Any) -> int:

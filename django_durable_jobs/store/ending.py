@@ -13,9 +13,10 @@ Whether a row may still be ended is the fence's to say (``store/fence.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -108,6 +109,21 @@ def snapshot(job: Job) -> dict[str, Any]:
 def _datetime_text(value: datetime) -> str:
     """Return ``value`` as ``DjangoJSONEncoder`` writes it (milliseconds, UTC as ``Z``) without
     its chain of type tests."""
+    if value.tzinfo is UTC:
+        return _utc_text(value)
+    return _text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_text(value: datetime) -> str:
+    """Return :func:`_text` of a UTC time, remembered: the rows of a flush share most of their
+    times (their ending, their claim's; often their submission's), and ``isoformat`` cost about
+    1.5 µs a time, a tenth of a flush's CPU. Keyed by UTC times only: equal times in two zones
+    compare equal but are written apart."""
+    return _text(value)
+
+
+def _text(value: datetime) -> str:
     text = value.isoformat()
     if value.microsecond:
         text = text[:23] + text[26:]

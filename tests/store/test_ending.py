@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
@@ -22,7 +22,7 @@ from django_durable_jobs.rules.errors import InputInvalid, LeaseLost
 from django_durable_jobs.rules.registry import operation, unregister
 from django_durable_jobs.rules.retry import RetryPolicy
 from django_durable_jobs.rules.values import Outcome
-from django_durable_jobs.store.ending import snapshot
+from django_durable_jobs.store.ending import _ENCODER, _datetime_text, snapshot
 from django_durable_jobs.store.sql.rows import new_attempt
 from tests.store.batch_support import OP, backlog, statements
 from tests.support import LEASE, assert_refused, submission
@@ -307,6 +307,22 @@ def test_the_snapshot_is_every_column_as_djangos_encoder_writes_it(store, clock)
     assert (stored.epoch, stored.owner_id, stored.outcome) == (1, store.owner_id, "complete")
     assert stored.started_at == Job.objects.get(pk=job.pk).claimed_at
     assert stored.ended_at == row.completed_at and stored.error is None
+
+
+def test_a_time_is_written_in_its_own_zone_however_often_an_equal_time_was_written():
+    # UTC times are remembered by value; a time in another zone equals a UTC time at the same
+    # instant but is written with its own offset, as Django's encoder writes it.
+    utc = datetime(2026, 12, 7, 12, 0, 0, 250000, tzinfo=UTC)
+    paris = utc.astimezone(timezone(timedelta(hours=1)))
+    naive = utc.replace(tzinfo=None)
+    assert utc == paris
+    for _ in range(2):
+        for value in (utc, paris, naive, utc.replace(microsecond=0)):
+            assert _datetime_text(value) == _ENCODER.default(value)
+    assert (_datetime_text(utc), _datetime_text(paris)) == (
+        "2026-12-07T12:00:00.250Z",
+        "2026-12-07T13:00:00.250+01:00",
+    )
 
 
 def test_a_new_history_row_is_the_instance_its_model_makes_and_init_receivers_still_run(clock):

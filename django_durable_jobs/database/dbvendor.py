@@ -582,25 +582,29 @@ def insert_from_arrays_sql(
     )
 
 
-def skip_taken_sql(connection: BaseDatabaseWrapper, pk_column: str, columns: str) -> str:
+def skip_taken_sql(
+    connection: BaseDatabaseWrapper, pk_column: str, key_column: str, columns: str | None = None
+) -> str:
     """Return the clause that makes an INSERT skip a row whose unique key or id is taken.
 
     ``ON CONFLICT DO NOTHING`` (PostgreSQL, SQLite); on MariaDB/MySQL
     ``ON DUPLICATE KEY UPDATE id = id``, which, where the database has ``RETURNING`` (MariaDB),
-    also returns ``columns`` of the new row or of the row holding the key
-    (:func:`insert_returns_holders`).
+    also returns, per row, ``columns`` (when given) or else the id and the key (``key_column``)
+    of the new row or of the row holding its key (:func:`insert_returns_holders`).
     """
     if connection.vendor != "mysql":
         return " ON CONFLICT DO NOTHING"
     pk = quote(connection.alias, pk_column)
     clause = f" ON DUPLICATE KEY UPDATE {pk} = {pk}"
     if insert_returns_holders(connection):
+        columns = columns or f"{pk}, {quote(connection.alias, key_column)}"
         clause += f" RETURNING {columns}"
     return clause
 
 
 def insert_returns_holders(connection: BaseDatabaseWrapper) -> bool:
-    """Return True when :func:`skip_taken_sql`'s insert returns the rows holding its keys.
+    """Return True when :func:`skip_taken_sql`'s insert returns the row that holds each key
+    after it (or its id and key): the new row, or the earlier holder.
 
     MariaDB's ``INSERT … ON DUPLICATE KEY UPDATE … RETURNING``; MySQL has no ``RETURNING``.
     """

@@ -189,6 +189,25 @@ def test_keys_that_differ_only_in_case_follow_the_databases_collation():
         assert Job.objects.count() == 4
 
 
+def test_a_bulk_submit_builds_its_new_jobs_and_reads_only_the_holders_of_taken_keys():
+    # Beyond two rows MariaDB's insert returns each key's holder's id and key, not whole rows:
+    # the new jobs are built from what was sent, the holders of taken keys read after.
+    first = submit_many(OP, [{"n": 0}, {"n": 1}], idempotency_keys=["held-0", "held-1"])
+    keys = ["new-a", "held-0", "new-b", "held-1", "new-c"]
+    payloads = [{"n": 0}, {"n": 0}, {"n": 2}, {"n": 1}, {"n": 3}]
+    with CaptureQueriesContext(connection) as queries:
+        jobs = submit_many(OP, payloads, idempotency_keys=keys)
+    sql = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "SELECT"))]
+    assert (jobs[1].pk, jobs[3].pk) == (first[0].pk, first[1].pk)
+    if TEST_DB == "mariadb":
+        assert "RETURNING `id`, `idempotency_key`" in sql[0]
+        assert len(sql) == 2 and "IN ('held-0', 'held-1')" in sql[1]  # the two taken keys
+    assert len({job.pk for job in jobs}) == 5 and Job.objects.count() == 5
+    for job in jobs:
+        assert _columns(job) == _columns(Job.objects.get(pk=job.pk))
+        assert job.ownership == Job.objects.get(pk=job.pk).ownership == "unclaimed"
+
+
 @only_mariadb
 def test_without_insert_returning_a_select_reads_the_rows_mysql_path(monkeypatch):
     monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)

@@ -17,8 +17,8 @@ what it did.
   row the new row or the one holding its key: a row went in where the id and key are its own.
   (Django connects with ``CLIENT_FOUND_ROWS``, so the affected-row count cannot tell the two
   apart.) A row or two return whole, so a key taken needs no SELECT after; beyond, only the id
-  and the key: loading 1,000 returned rows cost a bulk submit about a fifth of its time for rows
-  it had already built. MySQL has no ``RETURNING``: a SELECT of the keys follows.
+  and the key: loading 1,000 returned rows was about a fifth of a bulk submit's CPU, for rows it
+  had already built. MySQL has no ``RETURNING``: a SELECT of the keys follows.
 
 Each of those differences is a named helper of :mod:`django_durable_jobs.dbvendor`. When not
 every row went in, one SELECT per statement reads the rows holding the other keys; the submitting room
@@ -287,7 +287,8 @@ class SubmitStatement:
         """Return True when MariaDB's insert of ``chunk`` returns whole rows, not ids and keys.
 
         A row or two: a key taken needs no SELECT after. Beyond, loading every returned row
-        cost a bulk submit about a fifth of its time for rows it had already built.
+        was about a fifth of a bulk submit's CPU (half its time waits on the server), for rows
+        it had already built.
         """
         return len(chunk) <= VALUES_ROWS_MOST
 

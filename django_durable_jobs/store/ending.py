@@ -294,8 +294,9 @@ def _ends_in_one_statement(client: Client, outcomes: list[Outcome]) -> bool:
 
     On PostgreSQL, outcomes that complete or fail, each of its own job: what they write does not
     depend on the row, so the fenced UPDATE can return the rows it ended instead of a locking
-    read before it (measured: the largest statement of a drain's completions). A cancellation
-    depends on the row's request; a job given twice is ended by the first of its outcomes.
+    read before it: a round trip and a statement less a flush (measured: a flush of ten about a
+    fifth faster, of one about a tenth). A cancellation depends on the row's request; a job
+    given twice is ended by the first of its outcomes.
     """
     if not takes_json_rows(client.using):
         return False

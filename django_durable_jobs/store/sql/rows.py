@@ -339,7 +339,8 @@ class JobRows:
         each: dict[str, dict[Any, Any]],
     ) -> list[Job]:
         """``update_fenced`` returning the rows it changed, as changed: one statement, no
-        locking read before it (PostgreSQL only: :func:`~..database.dbvendor.takes_json_rows`).
+        locking read before it (PostgreSQL only:
+        :func:`~django_durable_jobs.database.dbvendor.takes_json_rows`).
 
         The fence is the UPDATE's (its rows locked in id order, then matched by id and epoch);
         a lease not in the result was not held.

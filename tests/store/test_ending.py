@@ -155,8 +155,9 @@ def test_a_flush_is_a_handful_of_statements_however_many_rows(store):
 
 
 def test_a_flush_explains_each_refusal_and_ends_the_rest(store, rival, clock):
-    # Every way a lease is lost, in one flush of completions and failures beside held leases:
-    # each refused outcome says why and changes nothing; the held ones end with their history.
+    # Four ways a lease is lost (taken over, ended, expired, no such job), in one flush of
+    # completions and failures beside held leases: each refused outcome says why and changes
+    # nothing; the held ones end with their history. (Another client's lease: below.)
     jobs = backlog(store, 6)
     claimed = {c.job_id: c.lease for c in store.claim_batch(limit=6, resume_expired=[])}
     held_done, held_failed, taken, ended, expired, unknown = (claimed[j.pk] for j in jobs)

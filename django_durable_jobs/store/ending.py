@@ -309,7 +309,7 @@ def _ends_in_one_statement(client: Client, outcomes: list[Outcome]) -> bool:
 
 
 _WRITTEN_AS_IS = (JobStatus.COMPLETE, JobStatus.FAILED)
-# The fields an outcome that completes or fails may write (each outcome writes some of them).
+# The fields an outcome that completes or fails may write (``_written``; each writes some).
 _END_FIELDS = ("status", "result", "progress", "error")
 
 
@@ -324,13 +324,11 @@ def _record_returning(
     rows = JobRows(client.using, client.scope)
     each: dict[str, dict[Any, Any]] = {name: {} for name in _END_FIELDS}
     mine = [outcome.lease for outcome in outcomes if fence.issued_to(client, outcome.lease)]
-    for outcome in outcomes:
-        job_id = outcome.lease.job_id
-        each["status"][job_id] = outcome.status
-        if outcome.status == JobStatus.COMPLETE:
-            each["result"][job_id], each["progress"][job_id] = outcome.result_json, 100.0
-        else:
-            each["error"][job_id] = outcome.error
+    # None cancels: what each outcome writes does not depend on its row.
+    written = {o.lease.job_id: _written(o, requested=False) for o in outcomes}
+    for job_id, values in written.items():
+        for name, value in values.items():
+            each[name][job_id] = value
     recorded: list[Recorded] = []
     with bounded_atomic(client.using):
         now = client_room.now(client)
@@ -351,7 +349,7 @@ def _record_returning(
                 refusal = fence.loss_of(client, lease, found.get(lease.job_id))
                 recorded.append(Recorded(asked, None, refusal))
                 continue
-            fields = ("result", "progress") if row.status == JobStatus.COMPLETE else ("error",)
+            fields = tuple(name for name in written[lease.job_id] if name != "status")
             endings.append(Ending(lease, row, fields, outcome.error_class, outcome.traceback))
             recorded.append(Recorded(asked, row.status, error=row.error))
         _ended(client, endings, now, retry=True)
@@ -361,16 +359,22 @@ def _record_returning(
 
 def _ending(outcome: Outcome, row: Job) -> Ending:
     """Set on ``row`` the values that end its attempt with ``outcome``; return the ending."""
-    if outcome.status == JobStatus.COMPLETE:
-        row.status, row.result, row.progress = JobStatus.COMPLETE, outcome.result_json, 100.0
-        fields: tuple[str, ...] = ("result", "progress")
-    elif outcome.status == JobStatus.CANCELLED and row.cancellation_requested_at is not None:
-        row.status, fields = JobStatus.CANCELLED, ()
-    else:
-        row.status = JobStatus.FAILED
-        row.error = outcome.error  # a stop without a request: Outcome.stopped's message
-        fields = ("error",)
+    written = _written(outcome, requested=row.cancellation_requested_at is not None)
+    for name, value in written.items():
+        setattr(row, name, value)
+    fields = tuple(name for name in written if name != "status")
     return Ending(outcome.lease, row, fields, outcome.error_class, outcome.traceback)
+
+
+def _written(outcome: Outcome, *, requested: bool) -> dict[str, Any]:
+    """Return the columns (by field name) that ending an attempt with ``outcome`` sets, for a row
+    with a recorded cancellation request or not (``requested``)."""
+    if outcome.status == JobStatus.COMPLETE:
+        return {"status": JobStatus.COMPLETE, "result": outcome.result_json, "progress": 100.0}
+    if outcome.status == JobStatus.CANCELLED and requested:
+        return {"status": JobStatus.CANCELLED}
+    # A failure; a stop without a request too, with Outcome.stopped's message.
+    return {"status": JobStatus.FAILED, "error": outcome.error}
 
 
 def unrequested(row: Job) -> InputInvalid:

@@ -20,7 +20,14 @@ For each selected database this benchmark drops and recreates a database of its 
 4. **async waits**: ``--async-jobs`` jobs of an ``async def`` operation that each awaits
    ``asyncio.sleep(--async-seconds)``, submitted up front, then one ``runjobs --burst
    --async-slots <jobs>`` process (its event loop); the time from the first claim to the last
-   completion, and from the spawn of the process (the target: 1,000 one-second waits in 3 s).
+   completion, and from the spawn of the process (the target: 1,000 one-second waits in 3 s);
+5. **floors**: what no worker could beat on this machine. On PostgreSQL, with no worker running,
+   a thread of the benchmark LISTENs on a connection of its own and, as each notification
+   arrives, runs a one-row claim on that connection (a sketch of the fenced claim: no fairness,
+   limits or pauses); its figures, counted from ``created_at`` like the latency's, are the
+   commit of ``submit()`` plus the delivery of NOTIFY, then plus one claim. On every database,
+   ``--startup-runs`` spawns of a bare Django process (``django.setup()``, then its first query)
+   beside as many spawns of ``runjobs --burst`` with one job waiting, to the job's start.
 
 Each database runs in a child process of its own (Django settings are per process). The parent
 prints one report and exits 1 when a woken p50 enqueue→start latency misses its target (20 ms
@@ -57,6 +64,13 @@ NOTIFY_P50_TARGET_MS = 20.0
 WATCH_P50_TARGET_MS = 50.0
 WARMUP_JOBS = 10
 JOB_TIMEOUT = 30.0
+FLOOR_OWNER = "00000000-0000-4000-8000-00000000f100"  # the owner the floor's sketch claims as
+# A bare Django process: set up, connect, run one query, print when it was done (Unix time).
+BARE_DJANGO = (
+    "import time, django; django.setup(); from django.db import connection; "
+    "cursor = connection.cursor(); cursor.execute('SELECT 1'); cursor.fetchone(); "
+    "print(time.time())"
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -72,6 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=4, help="runjobs --concurrency to drain")
     parser.add_argument("--async-jobs", type=int, default=1000, help="async jobs that wait")
     parser.add_argument("--async-seconds", type=float, default=1.0, help="each one's wait")
+    parser.add_argument("--startup-runs", type=int, default=5, help="spawns timed per kind")
     parser.add_argument("--seed", type=int, default=2026, help="seed of the pauses")
     parser.add_argument("--child", choices=DATABASES, help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
@@ -80,8 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not dbs or any(d not in DATABASES for d in dbs):
         parser.error(f"--db takes a comma-separated subset of {', '.join(DATABASES)}")
     args.dbs = list(dict.fromkeys(dbs))
-    if min(args.latency_jobs, args.poll_jobs, args.drain_jobs, args.threads, args.async_jobs) < 1:
-        parser.error("job counts and --threads must be at least 1")
+    counts = (args.latency_jobs, args.poll_jobs, args.drain_jobs, args.threads, args.async_jobs)
+    if min(*counts, args.startup_runs) < 1:
+        parser.error("job counts, --threads and --startup-runs must be at least 1")
     if not args.poll > 0:
         parser.error("--poll must be positive")
     return args
@@ -99,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return run_child(args)
     options = []
-    names = ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "seed")
+    names = ("latency_jobs", "poll_jobs", "poll", "drain_jobs", "threads", "startup_runs", "seed")
     for name in (*names, "async_jobs", "async_seconds"):
         options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     results, broken = run_per_database("benchmarks.worker_latency", args.dbs, options, child_env)
@@ -173,6 +189,7 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> Non
         a = r["async"]
         print(f"{r['db']:<11} {a['jobs']:>6} {a['seconds']:>23.2f} {a['from_spawn']:>17.2f}")
     print()
+    print_floors(results)
     by_db = {r["db"]: r for r in results}
     pg = by_db.get("postgresql")
     if pg and "notify" in pg["latency"]:
@@ -188,6 +205,33 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> Non
     for r in results:
         print(f"{r['db']}: {r['server']}")
     print(f"{os.cpu_count()} CPU(s); Python {sys.version.split()[0]}")
+
+
+def print_floors(results: list[dict[str, Any]]) -> None:
+    """Print what no worker could beat on this machine (see the module's docstring, 5.)."""
+    print("floors: what no worker could beat on this machine")
+    header = f"{'db':<11} {'from':<7} {'to':<56} {'p50':>8} {'p90':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        floors, lines = r["floors"], []
+        if "notify" in floors:
+            notify = floors["notify"]
+            heard = "NOTIFY heard on a LISTEN connection (no worker)"
+            lines.append(("created", heard, notify["notified_ms"], "ms"))
+            lines.append(
+                ("created", "a one-row claim run on it at once ends", notify["claimed_ms"], "ms")
+            )
+        startup = floors["startup"]
+        bare = "a bare Django process's first query (django.setup())"
+        lines.append(("spawn", bare, startup["bare_s"], "s"))
+        lines.append(
+            ("spawn", "runjobs --burst starts the one job waiting", startup["runjobs_s"], "s")
+        )
+        for start, end, figures, unit in lines:
+            p50, p90 = (f"{figures[p]:.{1 if unit == 'ms' else 2}f} {unit}" for p in ("p50", "p90"))
+            print(f"{r['db']:<11} {start:<7} {end:<56} {p50:>8} {p90:>8}")
+    print()
 
 
 # -- child: one database --------------------------------------------------------------------------
@@ -259,6 +303,12 @@ class WorkerBench:
 
     def run(self) -> dict[str, Any]:
         latency: dict[str, Any] = {}
+        floors: dict[str, Any] = {}
+        if self.vendor == "postgresql":
+            log(
+                f"{self.db}: {self.args.latency_jobs} jobs claimed on the LISTEN connection (floor)"
+            )
+            floors["notify"] = self.notify_floor(self.args.latency_jobs)
         worker = Worker(
             ["--concurrency", "4", "--poll", str(self.args.poll)], self.tmp / "idle.log"
         )
@@ -283,11 +333,14 @@ class WorkerBench:
             polling.stop()
         finally:
             polling.kill()
+        log(f"{self.db}: {self.args.startup_runs} spawns of a bare Django process and of runjobs")
+        floors["startup"] = self.startup_floor(self.args.startup_runs)
         log(f"{self.db}: draining {self.args.drain_jobs} jobs with {self.args.threads} threads")
         return {
             "db": self.db,
             "server": self.server_version(),
             "latency": latency,
+            "floors": floors,
             "drain": self.drain(),
             "async": self.async_waits(),
         }
@@ -339,6 +392,91 @@ class WorkerBench:
             "claim_ms": summary([c for c, _ in samples]),
             "start_ms": summary([s for _, s in samples]),
         }
+
+    # -- floors ---------------------------------------------------------------------------------
+
+    def notify_floor(self, jobs: int) -> dict[str, Any]:
+        """Submit ``jobs`` jobs one at a time while a thread of this process, on a LISTEN
+        connection of its own, claims one job as each notification arrives (no worker runs).
+
+        Return the p50/p90 of NOTIFY's arrival and of that claim's end, in ms after each job's
+        ``created_at``; the claimed rows are deleted afterwards.
+        """
+        import queue
+        import threading
+
+        from django.db import connection
+
+        from django_durable_jobs.database.dbvendor import listen_statement
+        from django_durable_jobs.models import Job
+
+        raw = connection.Database.connect(**connection.get_connection_params())
+        raw.autocommit = True
+        raw.execute(listen_statement(connection.alias))
+        arrivals: queue.Queue = queue.Queue()
+        stop = threading.Event()
+
+        def listen() -> None:
+            claim = _sketch_claim()
+            while not stop.is_set():
+                if list(raw.notifies(timeout=0.2, stop_after=1)):
+                    heard = time.time()
+                    row = raw.execute(claim, [FLOOR_OWNER]).fetchone()
+                    arrivals.put((heard, time.time(), row and str(row[0])))
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        samples = []
+        try:
+            for n in range(WARMUP_JOBS + jobs):
+                time.sleep(self.random.uniform(0.02, 0.06))
+                job_id = self.submit({"floor": n})
+                heard, claimed, got = arrivals.get(timeout=JOB_TIMEOUT)
+                if got != str(job_id):
+                    raise RuntimeError(f"the floor's claim took {got}, not job {job_id}")
+                created = Job.objects.get(pk=job_id).created_at.timestamp()
+                if n >= WARMUP_JOBS:
+                    samples.append(((heard - created) * 1000, (claimed - created) * 1000))
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+            raw.close()
+        Job.objects.filter(owner_id=FLOOR_OWNER).delete()
+        return {
+            "jobs": jobs,
+            "notified_ms": summary([heard for heard, _ in samples]),
+            "claimed_ms": summary([claimed for _, claimed in samples]),
+        }
+
+    def startup_floor(self, runs: int) -> dict[str, Any]:
+        """Spawn, ``runs`` times each and in turn, a bare Django process (set up, connect, one
+        query) and ``runjobs --burst`` with one job waiting; return the seconds from each spawn
+        to the bare process's query and to the job's start."""
+        from django_durable_jobs.models import Job
+
+        bare, first = [], []
+        env = child_env(self.db)
+        for n in range(runs):
+            spawned = time.time()
+            done = subprocess.run(
+                [sys.executable, "-c", BARE_DJANGO],
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            bare.append(float(done.stdout.split()[-1]) - spawned)
+            job_id = self.submit({"startup": n})
+            worker = Worker(["--burst"], self.tmp / "startup.log")
+            try:
+                worker.wait(timeout=60)
+            finally:
+                worker.kill()
+            started = json.loads(Job.objects.get(pk=job_id).result)["started"]
+            first.append(started - worker.started_at)
+        return {"runs": runs, "bare_s": summary(bare), "runjobs_s": summary(first)}
 
     # -- drain ----------------------------------------------------------------------------------
 
@@ -411,6 +549,24 @@ class WorkerBench:
         from benchmarks.databases import server_version
 
         return server_version()
+
+
+def _sketch_claim() -> str:
+    """Return the floor's one-row claim: the best pending job, locked and taken in one
+    statement with the fence's epoch and attempt counted, owned by its one parameter."""
+    from django.db import connection
+
+    from django_durable_jobs.models import Job
+
+    table = connection.ops.quote_name(Job._meta.db_table)
+    return (
+        f"UPDATE {table} SET status = 'running', owner_id = %s, claimed_at = now(), "
+        "heartbeat_at = now(), lease_expires_at = now() + interval '30 seconds', "
+        "fencing_epoch = fencing_epoch + 1, attempts = attempts + 1 "
+        f"WHERE id = (SELECT id FROM {table} WHERE status = 'pending' AND run_after <= now() "
+        "ORDER BY priority DESC, run_after, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+        "RETURNING id"
+    )
 
 
 if __name__ == "__main__":

@@ -349,8 +349,7 @@ def _record_returning(
                 refusal = fence.loss_of(client, lease, found.get(lease.job_id))
                 recorded.append(Recorded(asked, None, refusal))
                 continue
-            fields = tuple(name for name in written[lease.job_id] if name != "status")
-            endings.append(Ending(lease, row, fields, outcome.error_class, outcome.traceback))
+            endings.append(_ending_of(outcome, row, written[lease.job_id]))
             recorded.append(Recorded(asked, row.status, error=row.error))
         _ended(client, endings, now, retry=True)
     fenced_writes(write, (ending.lease for ending in endings), accepted=True, at=now)
@@ -362,6 +361,11 @@ def _ending(outcome: Outcome, row: Job) -> Ending:
     written = _written(outcome, requested=row.cancellation_requested_at is not None)
     for name, value in written.items():
         setattr(row, name, value)
+    return _ending_of(outcome, row, written)
+
+
+def _ending_of(outcome: Outcome, row: Job, written: dict[str, Any]) -> Ending:
+    """Return the ending of ``row``'s attempt with ``outcome``, the row holding ``written``."""
     fields = tuple(name for name in written if name != "status")
     return Ending(outcome.lease, row, fields, outcome.error_class, outcome.traceback)
 

@@ -273,7 +273,7 @@ class JobRows:
         each: dict[str, dict[Any, Any]] | None,
         *,
         returning: bool = False,
-    ) -> Any:
+    ) -> int | list[Job]:
         """``update_fenced`` where the per-row values travel as one JSON document (PostgreSQL);
         with ``returning``, the rows it changed (as changed) instead of their count.
 
